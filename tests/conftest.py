@@ -1,0 +1,71 @@
+"""Fixtures shared by every tier: a session cluster, a namespace per test, API clients."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.api_client import ApiClient
+
+from tests.support.wait import wait_for
+
+
+@dataclass(frozen=True)
+class ClusterHandle:
+    kubeconfig: Path
+    local: bool
+    audit_log: Path | None = None
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ClusterHandle]:
+    """The cluster the integration and e2e tiers run against.
+
+    With KUBECONFIG set (for example a kind cluster on a machine with Docker) that cluster is used
+    as it is; otherwise the local control plane with kwok GPU nodes starts for this session and is
+    torn down after it, its processes tied to this one so that none can outlive it.
+    """
+    external = os.environ.get("KUBECONFIG")
+    if external:
+        yield ClusterHandle(kubeconfig=Path(external), local=False)
+        return
+    from localcluster import LocalCluster
+
+    local = LocalCluster(name=f"pytest-{os.getpid()}")
+    info = local.up(tie_to_parent=True)
+    try:
+        yield ClusterHandle(kubeconfig=Path(info.kubeconfig), local=True, audit_log=Path(info.audit_log))
+    finally:
+        local.down()
+        assert not local.status()["up"]
+
+
+@pytest.fixture
+async def api(cluster: ClusterHandle) -> AsyncIterator[ApiClient]:
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)
+    async with ApiClient(configuration) as api_client:
+        yield api_client
+
+
+@pytest.fixture
+async def namespace(api: ApiClient) -> AsyncIterator[str]:
+    """A fresh namespace whose default service account exists, deleted after the test."""
+    core = client.CoreV1Api(api)
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    await wait_for(
+        lambda: core.list_namespaced_service_account(name),
+        lambda sas: any(sa.metadata.name == "default" for sa in sas.items),
+        timeout=30,
+        what=f"default service account in {name}",
+    )
+    try:
+        yield name
+    finally:
+        await core.delete_namespace(name)

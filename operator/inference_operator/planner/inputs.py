@@ -1,0 +1,27 @@
+"""What the planner needs besides the spec: the operator's defaults and facts about the cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.10.2"
+DEFAULT_OLLAMA_IMAGE = "ollama/ollama:0.12.6"
+DEFAULT_MAX_GPUS_PER_NODE = 8
+
+
+@dataclass(frozen=True)
+class Defaults:
+    vllm_image: str = DEFAULT_VLLM_IMAGE
+    ollama_image: str = DEFAULT_OLLAMA_IMAGE
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """GPU facts of the nodes a server may run on (from GPU feature discovery labels)."""
+
+    gpu_memory_gib: float | None = None
+    gpu_memory_source: str = ""
+    max_gpus_per_node: int | None = None
+
+
+NO_FACTS = ClusterFacts()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -69,3 +70,30 @@ async def namespace(api: ApiClient) -> AsyncIterator[str]:
         yield name
     finally:
         await core.delete_namespace(name)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+CRD_FILE = ROOT / "crds" / "inferenceservers.inference-operator.dev.yaml"
+
+
+def kubectl(cluster: ClusterHandle, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """The real kubectl of the pinned version, against the test cluster."""
+    from localcluster import binaries
+
+    return subprocess.run(
+        [str(binaries()["kubectl"]), "--kubeconfig", str(cluster.kubeconfig), *args],
+        check=check,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="session")
+def crd_installed(cluster: ClusterHandle) -> ClusterHandle:
+    """The generated InferenceServer CRD applied to the cluster and established."""
+    kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    kubectl(
+        cluster, "wait", "--for=condition=Established", "--timeout=60s", "crd/inferenceservers.inference-operator.dev"
+    )
+    return cluster

@@ -1,4 +1,4 @@
-"""inference-operator render | plan | crd"""
+"""inference-operator run | render | plan | crd"""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from . import __version__
 from .api import KIND, InferenceServer
 from .api.crd import crd_yaml
+from .controller.options import add_run_arguments
 from .planner import ClusterFacts, Defaults, LaunchPlan, PlanError, load_flag_catalog, plan
 from .render import objects, revision
 
@@ -137,6 +138,12 @@ def cmd_crd(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    from .controller.main import run
+
+    return run(args)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="inference-operator", description="vLLM inference servers on Kubernetes.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -155,6 +162,9 @@ def parser() -> argparse.ArgumentParser:
     plan_cmd.add_argument("--output", "-o", choices=["table", "json", "yaml"], default="table")
     plan_cmd.set_defaults(func=cmd_plan)
     sub.add_parser("crd", help="print the CustomResourceDefinition").set_defaults(func=cmd_crd)
+    run_cmd = sub.add_parser("run", help="run the operator")
+    add_run_arguments(run_cmd)
+    run_cmd.set_defaults(func=cmd_run)
     return p
 
 

@@ -1,0 +1,1 @@
+"""The operator: kopf handlers, one idempotent reconcile, the rollout state machine, health and fallback."""

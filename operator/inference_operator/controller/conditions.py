@@ -1,0 +1,214 @@
+"""Status of an InferenceServer from a decision or a refusal (pure, kstatus-compatible).
+
+Ready, Reconciling, Stalled, Degraded and FallbackActive are always present, so that kubectl, Argo CD
+and Flux see the same picture. A condition keeps its lastTransitionTime while its status holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..planner import LaunchPlan
+from .rollout import Decision, Memory, Rollout
+
+CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Degraded", "FallbackActive")
+
+
+@dataclass(frozen=True)
+class Cond:
+    type: str
+    status: bool
+    reason: str
+    message: str
+
+
+def iso(t: datetime | None) -> str | None:
+    return None if t is None else t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def merge_conditions(
+    previous: list[dict[str, Any]], new: list[Cond], generation: int, now: datetime
+) -> list[dict[str, Any]]:
+    old = {c.get("type"): c for c in previous}
+    out = []
+    for c in new:
+        status = "True" if c.status else "False"
+        before = old.get(c.type)
+        changed = before is None or before.get("status") != status
+        out.append(
+            {
+                "type": c.type,
+                "status": status,
+                "reason": c.reason,
+                "message": c.message,
+                "lastTransitionTime": iso(now) if changed else before.get("lastTransitionTime"),  # type: ignore[union-attr]
+                "observedGeneration": generation,
+            }
+        )
+    return out
+
+
+def refused_conditions(field_message: str, reason: str, serving: bool) -> list[Cond]:
+    return [
+        Cond("Ready", False, reason, field_message),
+        Cond("Reconciling", False, reason, "waiting for the spec to change"),
+        Cond("Stalled", True, reason, field_message),
+        Cond(
+            "Degraded",
+            serving,
+            reason if serving else "AsExpected",
+            "the previous revision keeps serving" if serving else "",
+        ),
+        Cond("FallbackActive", False, "AsExpected", ""),
+    ]
+
+
+def decided_conditions(decision: Decision, desired_revision: str, replicas: int, ready: int) -> list[Cond]:
+    mem = decision.memory
+    rollout = mem.rollout
+    on_ollama = decision.backend == "ollama"
+    serving_desired = not on_ollama and mem.active_revision == desired_revision and decision.serving_ready
+    failed = rollout.to_revision == desired_revision and rollout.result in ("RolledBack", "Failed")
+    failed = failed and mem.active_revision != desired_revision
+
+    if failed:
+        stalled = Cond("Stalled", True, "RolloutFailed", f"{rollout.message}; change the spec to try again")
+    else:
+        stalled = Cond("Stalled", False, "AsExpected", "")
+
+    if rollout.in_progress:
+        reconciling = Cond(
+            "Reconciling",
+            True,
+            "RolloutInProgress",
+            f"rolling out revision {rollout.to_revision} ({rollout.state}, {rollout.strategy})",
+        )
+    elif rollout.state == "RollingBack":
+        reconciling = Cond("Reconciling", True, "RollingBack", f"restoring revision {mem.active_revision}")
+    else:
+        reconciling = Cond("Reconciling", False, "AsExpected", "")
+
+    if on_ollama:
+        why = "bridging a model switch" if rollout.in_progress else "no ready vLLM replica"
+        fallback = Cond("FallbackActive", True, "OllamaServing", f"traffic is served by the Ollama fallback: {why}")
+    else:
+        fallback = Cond("FallbackActive", False, "AsExpected", "")
+
+    if on_ollama and not rollout.in_progress:
+        degraded = Cond("Degraded", True, "FallbackActive", "vLLM has no ready replica; Ollama serves")
+    elif failed:
+        degraded = Cond("Degraded", True, "RolledBack", f"serving revision {mem.active_revision}: {rollout.message}")
+    elif mem.active_revision is not None and ready < replicas and not rollout.in_progress:
+        degraded = Cond("Degraded", True, "ReplicasNotReady", f"{ready} of {replicas} vLLM replicas ready")
+    else:
+        degraded = Cond("Degraded", False, "AsExpected", "")
+
+    if serving_desired:
+        ready_cond = Cond("Ready", True, "Serving", f"vLLM revision {mem.active_revision} serves {ready}/{replicas}")
+    elif rollout.in_progress:
+        ready_cond = Cond("Ready", False, "RolloutInProgress", reconciling.message)
+    elif failed:
+        ready_cond = Cond("Ready", False, "RolloutFailed", stalled.message)
+    elif on_ollama:
+        ready_cond = Cond("Ready", False, "FallbackActive", fallback.message)
+    else:
+        ready_cond = Cond("Ready", False, "NotReady", "no ready vLLM replica")
+    return [ready_cond, reconciling, stalled, degraded, fallback]
+
+
+def phase(conds: list[Cond]) -> str:
+    by = {c.type: c for c in conds}
+    if by["Stalled"].status:
+        return "Stalled"
+    if by["FallbackActive"].status:
+        return "Fallback"
+    if by["Reconciling"].status:
+        return "Deploying"
+    if by["Degraded"].status:
+        return "Degraded"
+    if by["Ready"].status:
+        return "Ready"
+    return "Pending"
+
+
+def rollout_status(rollout: Rollout) -> dict[str, Any] | None:
+    if rollout.to_revision is None:
+        return None
+    out = {
+        "state": rollout.state,
+        "strategy": rollout.strategy,
+        "fromRevision": rollout.from_revision,
+        "toRevision": rollout.to_revision,
+        "startTime": iso(rollout.start),
+        "endTime": iso(rollout.end),
+        "result": rollout.result,
+        "message": rollout.message,
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def memory_from_status(status: dict[str, Any]) -> Memory:
+    ro = status.get("rollout") or {}
+    rollout = Rollout(
+        state=ro.get("state", "Idle"),
+        strategy=ro.get("strategy"),
+        from_revision=ro.get("fromRevision"),
+        to_revision=ro.get("toRevision"),
+        start=parse_time(ro.get("startTime")),
+        end=parse_time(ro.get("endTime")),
+        result=ro.get("result"),
+        message=ro.get("message"),
+    )
+    return Memory(
+        active_revision=status.get("activeRevision"),
+        backend=status.get("activeBackend"),
+        rollout=rollout,
+        fallback_since=parse_time(status.get("fallbackSince")),
+        vllm_ready_since=parse_time(status.get("vllmReadySince")),
+    )
+
+
+def build_status(
+    *,
+    previous: dict[str, Any],
+    generation: int,
+    conds: list[Cond],
+    now: datetime,
+    endpoint: str | None,
+    plan: LaunchPlan | None,
+    memory: Memory | None,
+    replicas: int | None,
+    ready: int | None,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": merge_conditions(previous.get("conditions") or [], conds, generation, now),
+        "phase": phase(conds),
+        "endpoint": endpoint,
+        "replicas": replicas,
+        "readyReplicas": ready,
+    }
+    if plan is not None:
+        status["plan"] = plan.status().model_dump(by_alias=True, exclude_none=True)
+    elif previous.get("plan") is not None:
+        status["plan"] = previous["plan"]
+    source = memory
+    if source is None:
+        for key in ("activeRevision", "activeBackend", "rollout", "fallbackSince", "vllmReadySince"):
+            if previous.get(key) is not None:
+                status[key] = previous[key]
+    else:
+        status["activeRevision"] = source.active_revision
+        status["activeBackend"] = source.backend
+        status["rollout"] = rollout_status(source.rollout)
+        status["fallbackSince"] = iso(source.fallback_since)
+        status["vllmReadySince"] = iso(source.vllm_ready_since)
+    return {k: v for k, v in status.items() if v is not None}

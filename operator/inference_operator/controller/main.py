@@ -1,0 +1,148 @@
+"""`inference-operator run`: kopf watches the servers and their children; reconciles do the work."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.api_client import ApiClient
+
+from ..api import GROUP, PLURAL, VERSION
+from ..planner import Defaults, load_flag_catalog
+from ..render import LABEL_SERVER
+from . import metrics
+from .kube import Kube
+from .leader import LeaseElector
+from .options import Options, add_run_arguments
+from .reconcile import Context, reconcile
+from .scheduler import Scheduler
+
+log = logging.getLogger("inference_operator")
+CHILDREN = (
+    ("apps", "v1", "deployments"),
+    ("", "v1", "pods"),
+    ("", "v1", "services"),
+    ("", "v1", "persistentvolumeclaims"),
+    ("policy", "v1", "poddisruptionbudgets"),
+)
+
+
+async def api_client(options: Options) -> ApiClient:
+    configuration = client.Configuration()
+    if options.kubeconfig:
+        await config.load_kube_config(config_file=options.kubeconfig, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return ApiClient(configuration)
+
+
+def registry_for(scheduler: Scheduler, options: Options) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    async def login(**kwargs: Any) -> Any:
+        return await kopf.login_via_async_client(**kwargs)
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False  # our own Events say what happened; kopf's log lines are not Events
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.networking.request_timeout = 60
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def server_changed(type: str, name: str, namespace: str | None, **_: Any) -> None:
+        if namespace is None:
+            return
+        if type == "DELETED":
+            scheduler.forget(namespace, name)
+        else:
+            scheduler.known.add((namespace, name))
+            scheduler.request(namespace, name)
+        metrics.SERVERS.set(len(scheduler.known))
+
+    for group, version, plural in CHILDREN:
+
+        @kopf.on.event(group, version, plural, labels={LABEL_SERVER: kopf.PRESENT}, registry=registry)
+        async def child_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+            owner = labels.get(LABEL_SERVER)
+            if owner and namespace and (namespace, owner) in scheduler.known:
+                scheduler.request(namespace, owner)
+
+    return registry
+
+
+async def resync_forever(scheduler: Scheduler, every: float) -> None:
+    while True:
+        await asyncio.sleep(every)
+        for key in sorted(scheduler.known):
+            scheduler.request(*key)
+        await scheduler.idle()
+        metrics.RESYNCS.inc()
+
+
+async def serve(options: Options) -> int:
+    api = await api_client(options)
+    kube = Kube(api)
+    identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    lost = asyncio.Event()
+    elector = None
+    tasks: list[asyncio.Task[None]] = []
+    if options.leader_elect:
+        namespace = options.leader_election_namespace or (options.namespaces[0] if options.namespaces else "default")
+        elector = LeaseElector(kube, namespace, options.lease_name, identity, options.lease_seconds)
+        await elector.acquire()
+        tasks.append(asyncio.create_task(elector.keep(lost)))
+    else:
+        metrics.LEADER.set(1)
+
+    ctx = Context(
+        kube=kube,
+        catalog=load_flag_catalog(),
+        defaults=Defaults(vllm_image=options.vllm_image, ollama_image=options.ollama_image),
+        instance=identity,
+    )
+    scheduler = Scheduler(lambda ns, name: reconcile(ctx, ns, name))
+    tasks.append(asyncio.create_task(resync_forever(scheduler, options.resync_seconds)))
+    try:
+        await kopf.operator(
+            registry=registry_for(scheduler, options),
+            standalone=True,
+            clusterwide=not options.namespaces,
+            namespaces=list(options.namespaces),
+            liveness_endpoint=f"http://{options.health_address}/healthz",
+            stop_flag=lost,
+        )
+    finally:
+        for task in tasks:
+            task.cancel()
+        if elector is not None and not lost.is_set():
+            with contextlib.suppress(Exception):
+                await elector.release()
+        await api.close()
+    return 1 if lost.is_set() else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    options = Options.from_args(args)
+    kopf.configure(
+        verbose=options.log_level == "debug",
+        quiet=options.log_level == "warning",
+        log_format=kopf.LogFormat.JSON if options.log_format == "json" else kopf.LogFormat.FULL,
+    )
+    if options.kubeconfig:
+        os.environ["KUBECONFIG"] = options.kubeconfig  # kopf's own watch client reads the same file
+    metrics.serve(options.metrics_address)
+    return asyncio.run(serve(options))
+
+
+__all__ = ["add_run_arguments", "run"]

@@ -1,0 +1,329 @@
+"""The rollout and fallback state machine (pure).
+
+Given the desired revision, what the cluster shows and what the last reconcile persisted in status,
+decide which vLLM revisions run with how many replicas, where the stable Service points, whether
+Ollama runs, what to persist, which Events to post and when to look again. The Service always
+selects exactly one backend: one vLLM revision or Ollama.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Literal
+
+Backend = Literal["vllm", "ollama"]
+RolloutState = Literal["Idle", "Deploying", "Bridging", "Switching", "RollingBack"]
+RolloutResult = Literal["InProgress", "Succeeded", "RolledBack", "Failed"]
+
+
+@dataclass(frozen=True)
+class RevisionObservation:
+    replicas: int
+    ready: int
+    failure: str | None = None  # crash loop, OOMKilled, image pull: the revision cannot become ready
+    unschedulable: str | None = None  # a pod waits for a node
+    gpu_shortage: bool = False  # ... because GPUs are short
+
+
+@dataclass(frozen=True)
+class Observed:
+    revisions: dict[str, RevisionObservation]
+    ollama_ready: bool = False
+
+
+@dataclass(frozen=True)
+class FallbackPolicy:
+    mode: Literal["Standby", "OnDemand"]
+    activate_after: float
+    recover_after: float
+
+
+@dataclass(frozen=True)
+class Desired:
+    revision: str
+    replicas: int
+    strategy: Literal["Auto", "BlueGreen", "Recreate"]
+    timeout: float
+    fallback: FallbackPolicy | None
+
+
+@dataclass(frozen=True)
+class Rollout:
+    state: RolloutState = "Idle"
+    strategy: str | None = None
+    from_revision: str | None = None
+    to_revision: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    result: RolloutResult | None = None
+    message: str | None = None
+
+    @property
+    def in_progress(self) -> bool:
+        return self.result == "InProgress"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What status carries from one reconcile to the next, so that a restarted operator resumes."""
+
+    active_revision: str | None = None
+    backend: Backend | None = None
+    rollout: Rollout = field(default_factory=Rollout)
+    fallback_since: datetime | None = None  # when the serving vLLM revision lost its last ready replica
+    vllm_ready_since: datetime | None = None  # when it had a ready replica again, while Ollama serves
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    deployments: dict[str, int]  # revision -> replicas; revisions not listed are deleted
+    backend: Backend
+    revision: str  # the vLLM revision the Service selects when backend is vllm
+    ollama_replicas: int
+    memory: Memory
+    events: tuple[Event, ...]
+    requeue_after: float | None
+    serving_ready: bool  # the backend the Service selects has a ready replica
+
+
+def _ready(obs: RevisionObservation | None, replicas: int) -> bool:
+    return obs is not None and obs.ready >= max(1, replicas)
+
+
+def _any_ready(obs: RevisionObservation | None) -> bool:
+    return obs is not None and obs.ready >= 1
+
+
+class _Builder:
+    """Accumulates one decision; each rollout phase below fills it in."""
+
+    def __init__(self, desired: Desired, observed: Observed, memory: Memory, now: datetime) -> None:
+        self.d = desired
+        self.o = observed
+        self.m = memory
+        self.now = now
+        self.events: list[Event] = []
+        self.wakeups: list[float] = []
+
+    def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, message))
+
+    def wake_in(self, seconds: float) -> None:
+        self.wakeups.append(max(1.0, seconds))
+
+    def elapsed(self, since: datetime | None) -> float:
+        return 0.0 if since is None else (self.now - since).total_seconds()
+
+    def rollout_timed_out(self) -> bool:
+        start = self.m.rollout.start
+        if start is None:
+            return False
+        left = self.d.timeout - self.elapsed(start)
+        if left > 0:
+            self.wake_in(left)
+        return left <= 0
+
+
+def _start(b: _Builder, from_rev: str | None, to_rev: str) -> Memory:
+    b.event(
+        "Normal",
+        "RolloutStarted",
+        f"rolling out revision {to_rev}" + (f" over {from_rev}" if from_rev else "") + f" ({b.d.strategy})",
+    )
+    return replace(
+        b.m,
+        rollout=Rollout(
+            state="Deploying",
+            strategy=b.d.strategy,
+            from_revision=from_rev,
+            to_revision=to_rev,
+            start=b.now,
+            result="InProgress",
+        ),
+    )
+
+
+def _finish(b: _Builder, mem: Memory, result: RolloutResult, message: str, *, active: str | None) -> Memory:
+    rollout = replace(mem.rollout, state="Idle", end=b.now, result=result, message=message)
+    if result == "Succeeded":
+        b.event("Normal", "RolloutSucceeded", message)
+        return Memory(active_revision=active, backend="vllm", rollout=rollout)
+    b.event("Warning", "RolloutRolledBack" if result == "RolledBack" else "RolloutFailed", message)
+    return replace(mem, active_revision=active, rollout=rollout)
+
+
+def _failure_reason(b: _Builder, rev: str) -> str | None:
+    obs = b.o.revisions.get(rev)
+    if obs is not None and obs.failure:
+        return f"revision {rev} failed: {obs.failure}"
+    if b.rollout_timed_out():
+        detail = f": {obs.unschedulable}" if obs is not None and obs.unschedulable else ""
+        return f"revision {rev} was not ready within {b.d.timeout:.0f}s{detail}"
+    return None
+
+
+def _apply_fallback(b: _Builder, mem: Memory, serving: str) -> tuple[Memory, Backend]:
+    """Moves traffic between the serving vLLM revision and Ollama by their readiness over time."""
+    policy = b.d.fallback
+    healthy = _any_ready(b.o.revisions.get(serving))
+    backend: Backend = mem.backend or "vllm"
+    if policy is None:
+        return replace(mem, backend="vllm", fallback_since=None, vllm_ready_since=None), "vllm"
+    if backend == "vllm":
+        if healthy:
+            return replace(mem, backend="vllm", fallback_since=None, vllm_ready_since=None), "vllm"
+        since = mem.fallback_since or b.now
+        waited = b.elapsed(since)
+        if waited >= policy.activate_after and b.o.ollama_ready:
+            b.event(
+                "Warning",
+                "FallbackActivated",
+                f"no ready vLLM replica for {waited:.0f}s: traffic moved to the Ollama fallback",
+            )
+            return replace(mem, backend="ollama", fallback_since=since, vllm_ready_since=None), "ollama"
+        if waited < policy.activate_after:
+            b.wake_in(policy.activate_after - waited)
+        return replace(mem, backend="vllm", fallback_since=since, vllm_ready_since=None), "vllm"
+    # Ollama serves: go back once vLLM has stayed ready long enough.
+    if not healthy:
+        return replace(mem, vllm_ready_since=None), "ollama"
+    since = mem.vllm_ready_since or b.now
+    waited = b.elapsed(since)
+    if waited >= policy.recover_after:
+        b.event("Normal", "FallbackRecovered", f"vLLM ready for {waited:.0f}s: traffic moved back to vLLM")
+        return replace(mem, backend="vllm", fallback_since=None, vllm_ready_since=None), "vllm"
+    b.wake_in(policy.recover_after - waited)
+    return replace(mem, vllm_ready_since=since), "ollama"
+
+
+def _ollama_replicas(b: _Builder, mem: Memory, backend: Backend, bridging: bool) -> int:
+    policy = b.d.fallback
+    if policy is None:
+        return 0
+    if policy.mode == "Standby" or backend == "ollama" or bridging or mem.fallback_since is not None:
+        return 1
+    return 0
+
+
+def decide(desired: Desired, observed: Observed, memory: Memory, now: datetime) -> Decision:
+    b = _Builder(desired, observed, memory, now)
+    target = desired.revision
+    active = memory.active_revision
+    mem = memory
+    n = desired.replicas
+
+    # A revision the spec asks for again after it failed is not retried until the spec changes.
+    failed_before = (
+        mem.rollout.to_revision == target and mem.rollout.result in ("RolledBack", "Failed") and active != target
+    )
+
+    if active is None:
+        # First deployment: nothing to roll back to, so a failed revision keeps trying.
+        if mem.rollout.to_revision != target:
+            mem = _start(b, None, target)
+            b.m = mem
+        if _ready(observed.revisions.get(target), n):
+            mem = _finish(b, mem, "Succeeded", f"revision {target} is ready", active=target)
+            return _decision(b, {target: n}, "vllm", target, mem, bridging=False)
+        if mem.rollout.in_progress:
+            reason = _failure_reason(b, target)
+            if reason:
+                mem = _finish(b, mem, "Failed", reason, active=None)
+        mem, backend = _apply_fallback(b, mem, target)
+        return _decision(b, {target: n}, backend, target, mem, bridging=False)
+
+    if target == active or failed_before:
+        if mem.rollout.in_progress and mem.rollout.to_revision != active:
+            # The spec went back to the serving revision mid-rollout: abandon the new one.
+            mem = _finish(b, mem, "RolledBack", f"spec returned to revision {active}", active=active)
+        mem, backend = _apply_fallback(b, mem, active)
+        return _decision(b, {active: n}, backend, active, mem, bridging=False)
+
+    # A model switch: active -> target.
+    if not (mem.rollout.in_progress and mem.rollout.to_revision == target):
+        mem = _start(b, active, target)
+        b.m = mem
+    state = mem.rollout.state
+    obs_new = observed.revisions.get(target)
+    obs_old = observed.revisions.get(active)
+
+    if state == "RollingBack":
+        if _any_ready(obs_old):
+            mem = replace(mem, rollout=replace(mem.rollout, state="Idle", end=now))
+            mem, backend = Memory(active, "vllm", mem.rollout), "vllm"
+            return _decision(b, {active: n}, backend, active, mem, bridging=False)
+        backend = "ollama" if desired.fallback and observed.ollama_ready else "vllm"
+        return _decision(b, {active: n}, backend, active, replace(mem, backend=backend), bridging=True)
+
+    if _ready(obs_new, n):
+        mem = _finish(b, mem, "Succeeded", f"revision {target} replaced {active}", active=target)
+        return _decision(b, {target: n}, "vllm", target, mem, bridging=False)
+
+    reason = _failure_reason(b, target)
+    if reason:
+        if state in ("Bridging",) or desired.strategy == "Recreate":
+            # The old revision was scaled to zero: bring it back while Ollama (if any) serves.
+            mem = _finish(b, mem, "RolledBack", reason, active=active)
+            mem = replace(mem, rollout=replace(mem.rollout, state="RollingBack"))
+            backend = "ollama" if desired.fallback and observed.ollama_ready else "vllm"
+            return _decision(b, {active: n}, backend, active, replace(mem, backend=backend), bridging=True)
+        mem = _finish(b, mem, "RolledBack", reason, active=active)
+        mem, backend = _apply_fallback(b, mem, active)
+        return _decision(b, {active: n}, backend, active, mem, bridging=False)
+
+    if desired.strategy == "Recreate":
+        if desired.fallback is not None and not observed.ollama_ready:
+            # Stop the old revision only once Ollama can take the traffic.
+            mem, backend = _apply_fallback(b, mem, active)
+            return _decision(b, {active: n}, backend, active, mem, bridging=True)
+        backend = "ollama" if desired.fallback is not None else "vllm"
+        serving = active if backend == "ollama" else target
+        return _decision(b, {active: 0, target: n}, backend, serving, replace(mem, backend=backend), bridging=True)
+
+    gpu_short = obs_new is not None and obs_new.gpu_shortage
+    if state == "Deploying" and desired.strategy == "Auto" and gpu_short and desired.fallback is not None:
+        b.event(
+            "Normal",
+            "RolloutBridging",
+            f"revision {target} cannot be scheduled while {active} holds the GPUs: bridging with the Ollama fallback",
+        )
+        mem = replace(mem, rollout=replace(mem.rollout, state="Bridging"))
+        state = "Bridging"
+
+    if state == "Bridging":
+        if not observed.ollama_ready:
+            # Keep the old revision until Ollama can take the traffic.
+            mem, backend = _apply_fallback(b, mem, active)
+            return _decision(b, {active: n, target: n}, backend, active, mem, bridging=True)
+        return _decision(b, {active: 0, target: n}, "ollama", active, replace(mem, backend="ollama"), bridging=True)
+
+    # Blue/green: the new revision starts beside the old one, which keeps serving.
+    mem, backend = _apply_fallback(b, mem, active)
+    return _decision(b, {active: n, target: n}, backend, active, mem, bridging=False)
+
+
+def _decision(
+    b: _Builder, deployments: dict[str, int], backend: Backend, revision: str, mem: Memory, *, bridging: bool
+) -> Decision:
+    if mem.rollout.in_progress and b.m.rollout.start is not None:
+        b.rollout_timed_out()  # schedules a wake-up at the deadline
+    ollama_replicas = _ollama_replicas(b, mem, backend, bridging)
+    serving_ready = b.o.ollama_ready if backend == "ollama" else _any_ready(b.o.revisions.get(revision))
+    return Decision(
+        deployments=deployments,
+        backend=backend,
+        revision=revision,
+        ollama_replicas=ollama_replicas,
+        memory=replace(mem, backend=backend),
+        events=tuple(b.events),
+        requeue_after=min(b.wakeups) if b.wakeups else None,
+        serving_ready=serving_ready,
+    )

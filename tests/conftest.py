@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.api_client import ApiClient
 
+from tests.support.operator import OperatorProcess
 from tests.support.wait import wait_for
 
 
@@ -70,6 +72,13 @@ async def namespace(api: ApiClient) -> AsyncIterator[str]:
         yield name
     finally:
         await core.delete_namespace(name)
+        # Wait until it is gone, so that its pods no longer hold GPUs the next test may need.
+        await wait_for(
+            lambda: core.list_namespace(field_selector=f"metadata.name={name}"),
+            lambda found: not found.items,
+            timeout=120,
+            what=f"namespace {name} deleted",
+        )
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,3 +106,31 @@ def crd_installed(cluster: ClusterHandle) -> ClusterHandle:
         cluster, "wait", "--for=condition=Established", "--timeout=60s", "crd/inferenceservers.inference-operator.dev"
     )
     return cluster
+
+
+@pytest.fixture
+def operator_factory(
+    crd_installed: ClusterHandle, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., OperatorProcess]]:
+    """Starts `inference-operator run` for the test's namespace; stops it (and shows its log on failure)."""
+    started: list[OperatorProcess] = []
+
+    def start(*extra: str) -> OperatorProcess:
+        proc = OperatorProcess(crd_installed.kubeconfig, namespace, tmp_path / f"operator-{len(started)}.log", *extra)
+        proc.start()
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(f"--- operator log ({proc.log_path.name}) ---\n{proc.log_tail(80)}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

@@ -15,9 +15,18 @@ class WaitTimeout(AssertionError):
     """Raised when a condition was not reached; the message carries the last observed state."""
 
 
-def describe(value: Any, limit: int = 4000) -> str:
+def _without_managed_fields(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_managed_fields(v) for k, v in value.items() if k not in ("managedFields", "managed_fields")}
+    if isinstance(value, list):
+        return [_without_managed_fields(v) for v in value]
+    return value
+
+
+def describe(value: Any, limit: int = 6000) -> str:
     if hasattr(value, "to_dict"):
         value = value.to_dict()
+    value = _without_managed_fields(value)
     try:
         text = json.dumps(value, indent=1, default=str, sort_keys=True)
     except TypeError:

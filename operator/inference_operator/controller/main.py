@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import uuid
 from collections.abc import Mapping
@@ -45,12 +44,34 @@ async def api_client(options: Options) -> ApiClient:
     return ApiClient(configuration)
 
 
+async def connection_info(options: Options) -> kopf.ConnectionInfo:
+    """kopf's watch connection from the same credentials as our client (kubeconfig, exec plugins, or in-cluster)."""
+    configuration = client.Configuration()
+    if options.kubeconfig:
+        await config.load_kube_config(config_file=options.kubeconfig, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    header = await configuration.get_api_key_with_prefix("BearerToken")
+    scheme, _, token = (header or "").rpartition(" ")
+    assert configuration.host, "the kubeconfig names no server"
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+        expiration=None,
+    )
+
+
 def registry_for(scheduler: Scheduler, options: Options) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
-    async def login(**kwargs: Any) -> Any:
-        return await kopf.login_via_async_client(**kwargs)
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        return await connection_info(options)
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -139,8 +160,8 @@ def run(args: argparse.Namespace) -> int:
         quiet=options.log_level == "warning",
         log_format=kopf.LogFormat.JSON if options.log_format == "json" else kopf.LogFormat.FULL,
     )
-    if options.kubeconfig:
-        os.environ["KUBECONFIG"] = options.kubeconfig  # kopf's own watch client reads the same file
+    if options.log_level != "debug":
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per watch event otherwise
     metrics.serve(options.metrics_address)
     return asyncio.run(serve(options))
 

@@ -202,7 +202,7 @@ async def _apply_children(
     for dep in deployments:
         labels = dep["metadata"].get("labels") or {}
         old = labels.get(LABEL_REVISION)
-        if labels.get(LABEL_ROLE) != ROLE_VLLM or old is None or old == rev:
+        if labels.get(LABEL_ROLE) != ROLE_VLLM or old is None or (old == rev and rev in decision.deployments):
             continue
         if old in decision.deployments:
             wanted = decision.deployments[old]

@@ -225,6 +225,14 @@ def decide(desired: Desired, observed: Observed, memory: Memory, now: datetime) 
         mem.rollout.to_revision == target and mem.rollout.result in ("RolledBack", "Failed") and active != target
     )
 
+    if active is not None and mem.rollout.state == "RollingBack" and target in (active, mem.rollout.to_revision):
+        # The old revision comes back after a failed bridge or recreate; Ollama serves meanwhile.
+        if _any_ready(observed.revisions.get(active)):
+            rollout = replace(mem.rollout, state="Idle")
+            return _decision(b, {active: n}, "vllm", active, Memory(active, "vllm", rollout), bridging=False)
+        backend: Backend = "ollama" if desired.fallback and observed.ollama_ready else "vllm"
+        return _decision(b, {active: n}, backend, active, replace(mem, backend=backend), bridging=True)
+
     if active is None:
         # First deployment: nothing to roll back to, so a failed revision keeps trying.
         if mem.rollout.to_revision != target:
@@ -253,15 +261,6 @@ def decide(desired: Desired, observed: Observed, memory: Memory, now: datetime) 
         b.m = mem
     state = mem.rollout.state
     obs_new = observed.revisions.get(target)
-    obs_old = observed.revisions.get(active)
-
-    if state == "RollingBack":
-        if _any_ready(obs_old):
-            mem = replace(mem, rollout=replace(mem.rollout, state="Idle", end=now))
-            mem, backend = Memory(active, "vllm", mem.rollout), "vllm"
-            return _decision(b, {active: n}, backend, active, mem, bridging=False)
-        backend = "ollama" if desired.fallback and observed.ollama_ready else "vllm"
-        return _decision(b, {active: n}, backend, active, replace(mem, backend=backend), bridging=True)
 
     if _ready(obs_new, n):
         mem = _finish(b, mem, "Succeeded", f"revision {target} replaced {active}", active=target)

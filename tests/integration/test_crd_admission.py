@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from kubernetes_asyncio.client.api_client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from inference_operator.api import GROUP, PLURAL, VERSION
-from tests.conftest import ClusterHandle
+from tests.conftest import ClusterHandle, kubectl
 from tests.support.examples import example_documents
 
 pytestmark = pytest.mark.integration
@@ -23,6 +25,15 @@ BASE: dict[str, Any] = {
     "metadata": {"name": "bad"},
     "spec": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}},
 }
+
+
+@pytest.fixture(scope="module")
+def shared_namespace(crd_installed: ClusterHandle) -> Iterator[str]:
+    """One namespace for the whole table: admission checks leave nothing running behind."""
+    name = f"admission-{uuid.uuid4().hex[:8]}"
+    kubectl(crd_installed, "create", "namespace", name)
+    yield name
+    kubectl(crd_installed, "delete", "namespace", name, "--wait=false")
 
 
 def with_spec(**changes: Any) -> dict[str, Any]:
@@ -137,14 +148,9 @@ def test_invalid_table_is_large_enough() -> None:
 
 @pytest.mark.parametrize(("case", "obj", "field", "phrase"), INVALID, ids=[c[0] for c in INVALID])
 async def test_invalid_objects_are_rejected_naming_the_field(
-    crd_installed: ClusterHandle,
-    api: ApiClient,
-    namespace: str,
-    case: str,
-    obj: dict[str, Any],
-    field: str,
-    phrase: str,
+    api: ApiClient, shared_namespace: str, case: str, obj: dict[str, Any], field: str, phrase: str
 ) -> None:
+    namespace = shared_namespace
     custom = client.CustomObjectsApi(api)
     with pytest.raises(ApiException) as rejected:
         await custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj)

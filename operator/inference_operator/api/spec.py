@@ -273,7 +273,7 @@ class RolloutSpec(ApiModel):
         ),
     )
     timeout_seconds: int = Field(
-        default=1800, ge=60, le=86400, description="How long a new revision may take to become ready."
+        default=1800, ge=30, le=86400, description="How long a new revision may take to become ready."
     )
 
 
@@ -340,16 +340,24 @@ class InferenceServerSpec(ApiModel):
         ),
     )
 
-    model: ModelSpec
-    engine: EngineSpec = Field(default_factory=EngineSpec, json_schema_extra=_obj_default())
-    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, json_schema_extra=_obj_default())
-    replicas: int = Field(default=1, ge=1, le=512)
-    cache: CacheSpec | None = None
-    scheduling: SchedulingSpec | None = None
-    rollout: RolloutSpec = Field(default_factory=RolloutSpec, json_schema_extra=_obj_default())
-    fallback: FallbackSpec | None = None
-    service: ServiceSpec = Field(default_factory=ServiceSpec, json_schema_extra=_obj_default())
-    pod_metadata: PodMetadata | None = None
+    model: ModelSpec = Field(description="The model to serve and how clients name it.")
+    engine: EngineSpec = Field(
+        default_factory=EngineSpec, json_schema_extra=_obj_default(), description="The vLLM engine and its tuning."
+    )
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, json_schema_extra=_obj_default(), description="GPUs, CPU and memory per replica."
+    )
+    replicas: int = Field(default=1, ge=1, le=512, description="vLLM replicas behind the endpoint.")
+    cache: CacheSpec | None = Field(default=None, description="A persistent model cache (HF_HOME lives on it).")
+    scheduling: SchedulingSpec | None = Field(default=None, description="Where the vLLM pods may run.")
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec, json_schema_extra=_obj_default(), description="How a model switch happens."
+    )
+    fallback: FallbackSpec | None = Field(default=None, description="What serves when vLLM cannot.")
+    service: ServiceSpec = Field(
+        default_factory=ServiceSpec, json_schema_extra=_obj_default(), description="The stable endpoint Service."
+    )
+    pod_metadata: PodMetadata | None = Field(default=None, description="Labels and annotations for the vLLM pods.")
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""hack/cluster up | down | status | kubeconfig"""
+"""hack/cluster up | down | status | kubeconfig | nodes"""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 import time
+
+import yaml
 
 from .cluster import ClusterError, ClusterInfo, LocalCluster
 from .shape import default_shape
@@ -26,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="stop every process of the cluster and remove its state")
     sub.add_parser("status", help="print which processes run, as JSON")
     sub.add_parser("kubeconfig", help="print the admin kubeconfig path")
+    nodes = sub.add_parser("nodes", help="print the fake GPU nodes as YAML, for a cluster that runs kwok (kind)")
+    nodes.add_argument("--gpu-nodes", type=int, default=4)
+    nodes.add_argument("--gpus-per-node", type=int, default=8)
+    nodes.add_argument("--cpu-nodes", type=int, default=2)
     args = parser.parse_args(argv)
 
     try:
@@ -47,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
             status = LocalCluster(args.name).status()
             print(json.dumps(status, indent=2))
             return 0 if status["up"] else 1
+        elif args.command == "nodes":
+            shape = default_shape(gpu_nodes=args.gpu_nodes, gpus_per_node=args.gpus_per_node, cpu_nodes=args.cpu_nodes)
+            print(yaml.safe_dump_all(shape.manifests(), sort_keys=False), end="")
         else:
             cluster = LocalCluster(args.name)
             print(ClusterInfo.load(cluster.state_dir).kubeconfig)

@@ -32,7 +32,8 @@ from .pki import Pki, make_pki
 from .shape import ClusterShape, default_shape
 from .tools import binaries, cache_root
 
-KWOK_CONFIG = Path(__file__).resolve().parent / "kwok.yaml"
+KWOK_CONFIG = Path(__file__).resolve().parent / "kwok-config.yaml"
+KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
@@ -148,7 +149,7 @@ class LocalCluster:
         }
         audit_log = self.state_dir / "logs" / "audit.log"
         (self.state_dir / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
-        (self.state_dir / "kwok.yaml").write_text(KWOK_CONFIG.read_text())
+        (self.state_dir / "kwok.yaml").write_text(KWOK_CONFIG.read_text() + "---\n" + KWOK_STAGES.read_text())
 
         info = ClusterInfo(
             name=self.name,
@@ -191,7 +192,9 @@ class LocalCluster:
         state = self.state_dir / "state.json"
         if state.exists():
             info = ClusterInfo.load(self.state_dir)
-            pids = [info.pids[c] for c in reversed(START_ORDER) if c in info.pids]
+            # Processes started against this cluster (hack/quickstart's operator) stop first.
+            attached = [int(p.read_text()) for p in self.state_dir.glob("*.pid") if p.read_text().strip().isdigit()]
+            pids = attached + [info.pids[c] for c in reversed(START_ORDER) if c in info.pids]
             live = [p for p in pids if _pid_alive(p) and _pid_is_ours(p, self.state_dir)]
             for pid in live:
                 with contextlib.suppress(ProcessLookupError):

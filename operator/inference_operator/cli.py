@@ -134,7 +134,12 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_crd(args: argparse.Namespace, out: TextIO) -> int:
-    out.write(crd_yaml())
+    if args.reference:
+        from .api.reference import reference
+
+        out.write(reference())
+    else:
+        out.write(crd_yaml())
     return 0
 
 
@@ -161,7 +166,9 @@ def parser() -> argparse.ArgumentParser:
     plan_cmd = offline("plan", "print the launch plan: GPUs, parallelism, memory fit, vLLM arguments")
     plan_cmd.add_argument("--output", "-o", choices=["table", "json", "yaml"], default="table")
     plan_cmd.set_defaults(func=cmd_plan)
-    sub.add_parser("crd", help="print the CustomResourceDefinition").set_defaults(func=cmd_crd)
+    crd_cmd = sub.add_parser("crd", help="print the CustomResourceDefinition")
+    crd_cmd.add_argument("--reference", action="store_true", help="print the Markdown API reference instead")
+    crd_cmd.set_defaults(func=cmd_crd)
     run_cmd = sub.add_parser("run", help="run the operator")
     add_run_arguments(run_cmd)
     run_cmd.set_defaults(func=cmd_run)

@@ -1,0 +1,127 @@
+"""The chart installed with helm; the operator runs with exactly the chart's ServiceAccount permissions."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.api_client import ApiClient
+
+from tests.conftest import ClusterHandle, kubectl
+from tests.support.chart import CHART, helm_binary
+from tests.support.examples import EXAMPLES
+from tests.support.operator import OperatorProcess, Servers
+from tests.support.wait import wait_for
+
+pytestmark = pytest.mark.e2e
+RELEASE = "io-e2e"
+
+
+def helm(cluster: ClusterHandle, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm_binary(), "--kubeconfig", str(cluster.kubeconfig), *args],
+        check=True, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def service_account_kubeconfig(cluster: ClusterHandle, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as the chart's ServiceAccount with a real token (no admin rights)."""
+    token = kubectl(cluster, "create", "token", account, "-n", namespace, "--duration=2h").stdout.strip()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    cluster_entry = admin["clusters"][0]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster_entry],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": cluster_entry["name"], "user": account}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(params=["cluster-wide", "namespaced"])
+def installed(
+    request: pytest.FixtureRequest, crd_installed: ClusterHandle, namespace: str, tmp_path: Path
+) -> Iterator[tuple[str, list[str], str | None]]:
+    """The chart installed in its own namespace: (release namespace, operator arguments, watched namespace)."""
+    release_ns = f"io-system-{uuid.uuid4().hex[:6]}"
+    args = ["install", RELEASE, str(CHART), "--namespace", release_ns, "--create-namespace"]
+    extra: list[str] = [
+        "--leader-elect",
+        "--leader-election-namespace",
+        release_ns,
+        "--lease-name",
+        f"{RELEASE}-inference-operator-leader",
+    ]
+    watched = None
+    if request.param == "namespaced":
+        values = tmp_path / "values.yaml"
+        values.write_text(yaml.safe_dump({"watchNamespaces": [namespace]}))
+        args += ["--values", str(values)]
+        watched = namespace
+    helm(crd_installed, *args)
+    yield release_ns, extra, watched
+    helm(crd_installed, "uninstall", RELEASE, "--namespace", release_ns, "--wait")
+    left = kubectl(
+        crd_installed,
+        "get",
+        "all,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,leases",
+        "-A",
+        "-l",
+        f"app.kubernetes.io/instance={RELEASE}",
+        "-o",
+        "name",
+    ).stdout.split()
+    kubectl(crd_installed, "delete", "namespace", release_ns, "--wait=false")
+    assert left == [], f"helm uninstall left operator objects behind: {left}"
+
+
+async def test_chart_rbac_is_enough_to_serve_switch_and_clean_up(
+    installed: tuple[str, list[str], str | None],
+    crd_installed: ClusterHandle,
+    api: ApiClient,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    release_ns, extra, watched = installed
+    kubeconfig = service_account_kubeconfig(
+        crd_installed, release_ns, f"{RELEASE}-inference-operator", tmp_path / "sa.kubeconfig"
+    )
+    operator = OperatorProcess(kubeconfig, watched, tmp_path / "operator.log", *extra)
+    operator.start()
+    try:
+        servers = Servers(api, namespace)
+        doc = yaml.safe_load((EXAMPLES / "mistral-7b-with-fallback.yaml").read_text())
+        await servers.create("sample", doc["spec"])
+        ready = await servers.wait_condition("sample", "Ready", "True", timeout=90)
+        old = ready["status"]["activeRevision"]
+
+        await servers.patch_spec("sample", {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}})
+        await servers.wait_status(
+            "sample", lambda s: s.get("activeRevision") not in (None, old) and s["rollout"]["result"] == "Succeeded",
+            "model switch completed", timeout=90,
+        )  # fmt: skip
+
+        await servers.delete("sample")
+
+        async def children() -> list[Any]:
+            return await servers.deployments("sample")
+
+        await wait_for(children, lambda d: not d, timeout=60, what="children garbage-collected")
+        lease = await client.CoordinationV1Api(api).read_namespaced_lease(
+            f"{RELEASE}-inference-operator-leader", release_ns
+        )
+        assert lease.spec.holder_identity
+        metrics = operator.metrics()
+        assert metrics.get("inference_operator_reconcile_errors_total", 0.0) == 0.0, operator.log_tail()
+        assert "forbidden" not in operator.log_path.read_text().lower()
+    finally:
+        operator.stop()

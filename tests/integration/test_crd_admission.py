@@ -155,6 +155,6 @@ async def test_invalid_objects_are_rejected_naming_the_field(
     with pytest.raises(ApiException) as rejected:
         await custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj)
     assert rejected.value.status == 422, case
-    message = json.loads(rejected.value.body)["message"]
+    message = json.loads(rejected.value.body or b"{}")["message"]
     assert field in message, message
     assert phrase in message, message

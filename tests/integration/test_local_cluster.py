@@ -95,7 +95,9 @@ async def test_pod_asking_for_more_gpus_than_any_node_has_is_unschedulable(api: 
     )
     assert pod.status.phase == "Pending"
     assert pod.spec.node_name is None
-    assert "nvidia.com/gpu" in (condition(pod, "PodScheduled").message or "")  # type: ignore[union-attr]
+    scheduled = condition(pod, "PodScheduled")
+    assert scheduled is not None
+    assert "nvidia.com/gpu" in (scheduled.message or "")
 
 
 async def test_deleting_an_owner_garbage_collects_its_dependents(api: ApiClient, namespace: str) -> None:
@@ -175,7 +177,7 @@ async def test_api_server_enforces_cel_rules_of_a_crd(api: ApiClient, namespace:
     custom = client.CustomObjectsApi(api)
     group = f"g{uuid.uuid4().hex[:8]}.test.inference-operator.dev"
     crd = widget_crd(group)
-    await ext.create_custom_resource_definition(crd)
+    await ext.create_custom_resource_definition(crd)  # type: ignore[arg-type]  # the client sends dicts as they are
     try:
         await wait_for(
             lambda: ext.read_custom_resource_definition(crd["metadata"]["name"]),
@@ -207,6 +209,6 @@ async def test_api_server_enforces_cel_rules_of_a_crd(api: ApiClient, namespace:
         with pytest.raises(ApiException) as rejected:
             await create(widget("bad", 5, 2))
         assert rejected.value.status == 422
-        assert "minReplicas must not exceed maxReplicas" in rejected.value.body
+        assert "minReplicas must not exceed maxReplicas" in str(rejected.value.body)
     finally:
         await ext.delete_custom_resource_definition(crd["metadata"]["name"])

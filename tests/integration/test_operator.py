@@ -327,7 +327,10 @@ async def test_drifted_children_are_restored_and_deletion_keeps_the_cache(
     dep_name = f"drift-vllm-{rev}"
 
     await servers.apps.patch_namespaced_deployment_scale(
-        dep_name, namespace, {"spec": {"replicas": 3}}, _content_type=MERGE
+        dep_name,
+        namespace,
+        {"spec": {"replicas": 3}},
+        _content_type=MERGE,  # type: ignore[call-arg]
     )
     await wait_for(
         lambda: servers.apps.read_namespaced_deployment(dep_name, namespace),

@@ -111,7 +111,13 @@ class Servers:
 
     async def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
         await self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec}, _content_type=MERGE
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            name,
+            {"spec": spec},
+            _content_type=MERGE,  # type: ignore[call-arg]
         )
 
     async def delete(self, name: str) -> None:
@@ -148,7 +154,7 @@ class Servers:
             await self.core.patch_namespaced_pod(
                 pod.metadata.name, self.namespace,
                 {"metadata": {"annotations": {"sim.inference-operator.dev/ready": "true" if ready else "false"}}},
-                _content_type=MERGE,
+                _content_type=MERGE,  # type: ignore[call-arg]
             )  # fmt: skip
         return len(pods.items)
 

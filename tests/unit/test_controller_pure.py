@@ -93,7 +93,7 @@ def test_contains_ignores_server_defaults_and_canonical_quantities() -> None:
     desired = {
         "spec": {"template": {"spec": {"containers": [{"name": "v", "resources": {"limits": {"memory": "49152Mi"}}}]}}}
     }
-    live = {
+    live: dict[str, Any] = {
         "spec": {
             "template": {
                 "spec": {

@@ -189,7 +189,7 @@ def test_on_demand_ollama_is_scaled_to_zero_until_needed() -> None:
 
     def replicas(active: bool) -> int:
         deployments = by_kind(objects(p, fallback_active=active), "Deployment")
-        return next(d for d in deployments if d["metadata"]["labels"][LABEL_ROLE] == "ollama")["spec"]["replicas"]
+        return int(next(d for d in deployments if d["metadata"]["labels"][LABEL_ROLE] == "ollama")["spec"]["replicas"])
 
     assert replicas(False) == 0
     assert replicas(True) == 1

@@ -170,6 +170,7 @@ async def _apply_children(
 ) -> None:
     kube, ns = ctx.kube, launch.namespace
     live_by_name = {d["metadata"]["name"]: d for d in deployments}
+    services = {s["metadata"]["name"]: s for s in await kube.list("v1", "Service", ns, {LABEL_SERVER: launch.name})}
 
     pvc = cache_pvc(launch, owner)
     if pvc is not None:
@@ -189,15 +190,15 @@ async def _apply_children(
     if launch.ollama is not None:
         ollama_dep, ollama_svc = ollama_objects(launch, owner, decision.ollama_replicas)
         await _ensure(ctx, ollama_dep, live_by_name.get(ollama_dep["metadata"]["name"]))
-        await _ensure(ctx, ollama_svc, await kube.get("v1", "Service", ns, ollama_svc["metadata"]["name"]))
+        await _ensure(ctx, ollama_svc, services.get(ollama_svc["metadata"]["name"]))
     else:
         if ollama_name(launch) in live_by_name:
             await kube.delete("apps/v1", "Deployment", ns, ollama_name(launch))
-        if await kube.get("v1", "Service", ns, ollama_name(launch)) is not None:
+        if ollama_name(launch) in services:
             await kube.delete("v1", "Service", ns, ollama_name(launch))
 
     service = stable_service(launch, Target(decision.backend, decision.revision), owner)
-    await _ensure(ctx, service, await kube.get("v1", "Service", ns, launch.name))
+    await _ensure(ctx, service, services.get(launch.name))
 
     for dep in deployments:
         labels = dep["metadata"].get("labels") or {}

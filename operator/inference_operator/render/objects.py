@@ -59,8 +59,11 @@ class Target:
     revision: str | None = None
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: parsing dominates rendering
+
+
 def _render(template: str, **context: Any) -> dict[str, Any]:
-    loaded = yaml.safe_load(_ENV.get_template(template).render(**context))
+    loaded = yaml.load(_ENV.get_template(template).render(**context), Loader=_LOADER)
     assert isinstance(loaded, dict)
     return loaded
 
@@ -176,7 +179,7 @@ def vllm_deployment(
     plan: LaunchPlan, revision_id: str, owner: Owner | None, replicas: int | None = None
 ) -> dict[str, Any]:
     labels = {**common_labels(plan, ROLE_VLLM), LABEL_REVISION: revision_id}
-    return _render(
+    deployment = _render(
         "vllm-deployment.yaml.j2",
         name=vllm_deployment_name(plan, revision_id),
         namespace=plan.namespace,
@@ -187,8 +190,9 @@ def vllm_deployment(
         replicas=plan.spec.replicas if replicas is None else replicas,
         progress_deadline=plan.spec.rollout.timeout_seconds,
         selector={LABEL_SERVER: plan.name, LABEL_ROLE: ROLE_VLLM, LABEL_REVISION: revision_id},
-        pod_template=vllm_pod_template(plan, revision_id),
     )
+    deployment["spec"]["template"] = vllm_pod_template(plan, revision_id)
+    return deployment
 
 
 def service_selector(plan: LaunchPlan, target: Target) -> dict[str, str]:

@@ -432,3 +432,32 @@ async def test_full_resync_of_twenty_ready_servers_writes_nothing(
     if cluster.audit_log is not None:
         with contextlib.suppress(FileNotFoundError):
             assert audit_writes(cluster.audit_log, namespace, window_start + 1) == []
+
+
+# Two replicas -------------------------------------------------------------------------------------
+async def test_of_two_replicas_only_the_lease_holder_acts_and_the_other_takes_over(
+    operator_factory: Start, servers: Servers, namespace: str
+) -> None:
+    lease = ["--leader-elect", "--leader-election-namespace", namespace, "--lease-name", "ha", "--lease-seconds", "6"]
+    first, second = operator_factory(*lease), operator_factory(*lease)
+
+    async def leaders() -> list[float]:
+        out = []
+        for op in (first, second):
+            try:
+                out.append(op.metrics().get("inference_operator_leader", 0.0))
+            except OSError:
+                out.append(-1.0)  # metrics endpoint not up yet
+        return out
+
+    states = await wait_for(leaders, lambda ls: sorted(ls) == [0.0, 1.0], timeout=30, what="one leader, one standby")
+    leader, standby = (first, second) if states[0] == 1.0 else (second, first)
+    await ready_server(servers, "ha", {"model": SMALL, "engine": ENGINE})
+    standby_reconciles = standby.metrics().get('inference_operator_reconciles_total{result="ok"}', 0.0)
+    assert standby_reconciles == 0.0
+
+    leader.kill()
+    await wait_for(lambda: asyncio.to_thread(standby.metrics), lambda m: m.get("inference_operator_leader") == 1.0,
+                   timeout=30, what="standby took the lease")  # fmt: skip
+    await servers.patch_spec("ha", {"replicas": 2})
+    await servers.wait_status("ha", lambda s: s.get("readyReplicas") == 2, "scaled by the new leader", timeout=60)

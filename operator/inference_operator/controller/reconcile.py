@@ -40,7 +40,7 @@ from .diff import contains
 from .facts import gpu_facts
 from .kube import Kube
 from .observe import observe
-from .rollout import Decision, Desired, Event, FallbackPolicy, Observed, decide
+from .rollout import Decision, Desired, Event, FallbackPolicy, decide
 
 log = logging.getLogger("inference_operator.reconcile")
 NODE_CACHE_SECONDS = 30.0
@@ -302,4 +302,4 @@ def _count(event: Event, decision: Decision, now: datetime) -> None:
         metrics.FAILOVERS.labels("vllm").inc()
 
 
-__all__ = ["Context", "Observed", "reconcile"]
+__all__ = ["Context", "reconcile"]

@@ -71,7 +71,7 @@ def default_state_root() -> Path:
     return cache_root() / "clusters"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -141,7 +141,7 @@ class LocalCluster:
         tokens = {c: secrets.token_hex(16) for c in ("admin", "controller-manager", "scheduler", "kwok")}
         self._admin_token = tokens["admin"]
         self._write_token_file(tokens)
-        ports = {k: _free_port() for k in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
+        ports = {k: free_port() for k in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
         self._server = f"https://127.0.0.1:{ports['apiserver']}"
         kubeconfigs = {
             user: self._write_kubeconfig(self.state_dir / f"{user}.kubeconfig", user, token, pki)

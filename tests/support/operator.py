@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -15,16 +14,10 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.api_client import ApiClient
 
 from inference_operator.api import GROUP, PLURAL, VERSION
+from localcluster.cluster import free_port
 from tests.support.wait import wait_for
 
 MERGE = "application/merge-patch+json"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class OperatorProcess:

@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 
 from inference_operator.api.reference import reference
-from render_install import ROOT, install_yaml
+from render_install import KUBE_VERSION, ROOT, install_yaml
 from tests.support.chart import CHART, NAMESPACED_VALUES, helm_binary, rendered
 
 KUBERNETES_VERSIONS = ("1.34.0", "1.35.0")
@@ -33,7 +33,7 @@ def test_rendered_chart_validates_against_kubernetes_schemas(values: Path | None
 
 def test_values_schema_rejects_bad_values() -> None:
     result = subprocess.run(
-        [helm_binary(), "template", "x", str(CHART), "--kube-version", "1.35.0", "--set", "logLevel=loud"],
+        [helm_binary(), "template", "x", str(CHART), "--kube-version", KUBE_VERSION, "--set", "logLevel=loud"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode != 0
@@ -80,8 +80,9 @@ def test_operator_pod_is_non_root_and_read_only() -> None:
 
 def test_monitoring_resources_render_when_enabled() -> None:
     result = subprocess.run(
-        [helm_binary(), "template", "x", str(CHART), "--kube-version", "1.35.0", "--set", "serviceMonitor.enabled=true",
-         "--set", "podMonitor.enabled=true"], capture_output=True, text=True, check=True,
+        [helm_binary(), "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+         "--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true"],
+        capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "kind: ServiceMonitor" in result.stdout
     assert "kind: PodMonitor" in result.stdout

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from .spec import InferenceServerSpec
@@ -42,7 +40,3 @@ class InferenceServer(ApiModel):
     metadata: ObjectMeta
     spec: InferenceServerSpec
     status: InferenceServerStatus | None = None
-
-    @classmethod
-    def from_object(cls, obj: dict[str, Any]) -> InferenceServer:
-        return cls.model_validate(obj)

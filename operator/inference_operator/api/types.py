@@ -45,21 +45,21 @@ def quantity_bytes(text: str) -> float:
     return float(text)
 
 
-Quantity = Annotated[
-    int | str,
-    AfterValidator(_quantity),
-    WithJsonSchema(
+def _int_or_string(rule: str, message: str) -> WithJsonSchema:
+    """The CRD form of an int-or-string field, with the CEL rule that checks its value."""
+    return WithJsonSchema(
         {
             "x-kubernetes-int-or-string": True,
             "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "x-kubernetes-validations": [
-                {
-                    "rule": "isQuantity(string(self))",
-                    "message": "must be a Kubernetes quantity, such as 500m, 4 or 16Gi",
-                }
-            ],
+            "x-kubernetes-validations": [{"rule": rule, "message": message}],
         }
-    ),
+    )
+
+
+Quantity = Annotated[
+    int | str,
+    AfterValidator(_quantity),
+    _int_or_string("isQuantity(string(self))", "must be a Kubernetes quantity, such as 500m, 4 or 16Gi"),
 ]
 
 
@@ -78,18 +78,7 @@ def _positive_int_or_auto(value: int | str) -> int | str:
 PositiveIntOrAuto = Annotated[
     int | str,
     AfterValidator(_positive_int_or_auto),
-    WithJsonSchema(
-        {
-            "x-kubernetes-int-or-string": True,
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "x-kubernetes-validations": [
-                {
-                    "rule": "type(self) == int ? self >= 1 : self == 'auto'",
-                    "message": "must be a positive integer or 'auto'",
-                }
-            ],
-        }
-    ),
+    _int_or_string("type(self) == int ? self >= 1 : self == 'auto'", "must be a positive integer or 'auto'"),
 ]
 
 PreservedObject = Annotated[

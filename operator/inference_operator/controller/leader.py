@@ -10,6 +10,7 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from . import metrics
+from .conditions import parse_time
 from .kube import Kube
 
 log = logging.getLogger("inference_operator.leader")
@@ -17,10 +18,6 @@ log = logging.getLogger("inference_operator.leader")
 
 def _micro(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
 class LeaseElector:
@@ -60,7 +57,7 @@ class LeaseElector:
                 return True
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity")
-            renewed = _parse(spec.get("renewTime"))
+            renewed = parse_time(spec.get("renewTime"))
             duration = float(spec.get("leaseDurationSeconds") or self.lease_seconds)
             expired = renewed is None or now > renewed + timedelta(seconds=duration)
             if holder not in (None, "", self.identity) and not expired:

@@ -14,8 +14,8 @@ import yaml
 from ..api import API_VERSION, KIND, SchedulingSpec
 from ..api.types import quantity_bytes
 from ..planner import LaunchPlan
+from ..planner.vllm_args import SERVING_PORT
 
-SERVING_PORT = 8000
 CACHE_MOUNT = "/models"
 ROLE_VLLM: Literal["vllm"] = "vllm"
 ROLE_OLLAMA: Literal["ollama"] = "ollama"

@@ -62,6 +62,17 @@ class TrafficWatch:
                 assert selector.get("inference-operator.dev/revision"), selector
             assert len(backends) <= 1, f"two backends behind one Service: {backends}"
 
+    async def reaches(self, backends: set[str], *, timeout: float, what: str) -> None:
+        """Wait until a sample taken by this watcher (not a separate read) shows exactly `backends`."""
+        start = len(self.samples)
+
+        async def newest() -> set[str] | None:
+            if self._task is not None and self._task.done():
+                self._task.result()  # the sampler died: show why instead of timing out
+            return self.samples[-1][1] if len(self.samples) > start else None
+
+        await wait_for(newest, lambda b: b == backends, timeout=timeout, what=what, interval=0.05)
+
     def backends_seen(self) -> list[str]:
         seen: list[str] = []
         for _, backends in self.samples:
@@ -120,7 +131,7 @@ async def test_model_switch_moves_traffic_only_after_the_new_pods_are_ready(
     obj = await ready_server(servers, "switch", {"model": SMALL, "engine": ENGINE, "replicas": 2})
     old = obj["status"]["activeRevision"]
     with TrafficWatch(servers, "switch") as watch:
-        await wait_for(lambda: servers.traffic("switch"), lambda t: t[1] == {old}, timeout=30, what="old serving")
+        await watch.reaches({old}, timeout=30, what="old serving")
         # The new pods start unready (as while vLLM loads weights) until the test lets them pass /health.
         await servers.patch_spec("switch", {"model": OTHER, "podMetadata": UNREADY})
         mid = await servers.wait_status(
@@ -140,7 +151,7 @@ async def test_model_switch_moves_traffic_only_after_the_new_pods_are_ready(
         await servers.wait_status(
             "switch", lambda s: s.get("activeRevision") == new and s["rollout"]["result"] == "Succeeded", "switched"
         )
-        await wait_for(lambda: servers.traffic("switch"), lambda t: t[1] == {new}, timeout=30, what="new serving")
+        await watch.reaches({new}, timeout=30, what="new serving")
     watch.assert_one_backend_at_a_time()
     assert watch.backends_seen() == [old, new]
     remaining = await wait_for(
@@ -213,7 +224,7 @@ async def test_auto_bridges_through_ollama_when_the_old_revision_holds_every_gpu
     obj = await ready_server(servers, "bridge", spec, timeout=90)
     old = obj["status"]["activeRevision"]
     with TrafficWatch(servers, "bridge") as watch:
-        await wait_for(lambda: servers.traffic("bridge"), lambda t: t[1] == {old}, timeout=30, what="old serving")
+        await watch.reaches({old}, timeout=30, what="old serving")
         await servers.patch_spec("bridge", {"model": {"name": "Qwen/Qwen2.5-72B-Instruct"}})
         done = await servers.wait_status(
             "bridge",
@@ -222,7 +233,7 @@ async def test_auto_bridges_through_ollama_when_the_old_revision_holds_every_gpu
             timeout=120,
         )
         new = done["status"]["activeRevision"]
-        await wait_for(lambda: servers.traffic("bridge"), lambda t: t[1] == {new}, timeout=30, what="new serving")
+        await watch.reaches({new}, timeout=30, what="new serving")
     watch.assert_one_backend_at_a_time()
     assert watch.backends_seen() == [old, "ollama", new]
     assert "RolloutBridging" in reasons(await servers.events("bridge"))

@@ -17,6 +17,7 @@ from .api import KIND, InferenceServer
 from .api.crd import crd_yaml
 from .controller.options import add_run_arguments
 from .planner import ClusterFacts, Defaults, LaunchPlan, PlanError, load_flag_catalog, plan
+from .planner.vllm_args import VLLM_COMMAND
 from .render import objects, revision
 
 
@@ -67,7 +68,14 @@ def _plan(path: str, server: InferenceServer, facts: ClusterFacts, defaults: Def
 
 def _plan_row(p: LaunchPlan) -> dict[str, Any]:
     status = p.status().model_dump(by_alias=True, exclude_none=True)
-    return {"name": p.name, "namespace": p.namespace, "model": p.spec.model.name, "revision": revision(p), **status}
+    return {
+        "name": p.name,
+        "namespace": p.namespace,
+        "model": p.spec.model.name,
+        "revision": revision(p),
+        **status,
+        "command": [*VLLM_COMMAND, *p.args],
+    }
 
 
 def _table(plans: list[LaunchPlan], out: TextIO) -> None:

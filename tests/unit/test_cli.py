@@ -33,6 +33,8 @@ def test_plan_outputs_json_with_the_resolved_plan() -> None:
     seventy = next(r for r in rows if r["name"] == "llama-3-3-70b")
     assert (seventy["gpus"], seventy["tensorParallelSize"]) == (8, 8)
     assert seventy["memory"]["maxSequences"] > 0
+    assert seventy["command"][:3] == ["vllm", "serve", "meta-llama/Llama-3.3-70B-Instruct"]
+    assert seventy["command"][seventy["command"].index("--tensor-parallel-size") + 1] == "8"
     assert all(len(r["revision"]) == 10 for r in rows)
 
 

@@ -286,3 +286,15 @@ def test_catalog_files_name_their_release() -> None:
         data = json.loads(folder.joinpath(name).read_text())
         assert name == f"{data['vllm']}.json"
     assert Release("0.6.0") in {r.release for r in CATALOG.releases}
+
+
+@pytest.mark.parametrize("release", [flags.release.text for flags in CATALOG.releases])
+def test_model_is_positional_on_every_release(release: str) -> None:
+    p = plan(server({"model": {"name": "org/m"}, "engine": {"version": release}}), CATALOG)
+    assert p.args[0] == "org/m"
+    assert "--model" not in p.args
+
+
+def test_extra_args_may_not_pass_the_model_a_second_way() -> None:
+    with pytest.raises(PlanError, match=r"--model is set by spec\.model\.name"):
+        plan(server({"model": {"name": "m/x"}, "engine": {"version": "0.10.2", "extraArgs": ["--model=o/y"]}}), CATALOG)

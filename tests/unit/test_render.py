@@ -91,7 +91,9 @@ def test_vllm_pod_follows_the_design() -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["HF_HOME"]["value"].startswith("/models")
     assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
-    assert container["args"][:2] == ["--model", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert container["command"] == ["vllm", "serve"]
+    assert container["args"][0] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert "--model" not in container["args"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
 
 

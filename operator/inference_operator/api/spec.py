@@ -156,7 +156,8 @@ class EngineSpec(ApiModel):
     image: str | None = Field(
         default=None,
         max_length=512,
-        description="vLLM OpenAI server image; defaults to the operator's configured image.",
+        description="vLLM OpenAI server image, started as `vllm serve MODEL ...` (the image's entrypoint is not used); "
+        "defaults to the operator's configured image.",
     )
     version: str | None = Field(
         default=None,

@@ -10,6 +10,11 @@ from .flag_catalog import FlagSet
 
 SERVING_PORT = 8000
 
+# The container command is set, not left to the image: vllm/vllm-openai images first started the api_server
+# module, which has no positional model, and later `vllm serve`, which refuses `--model` up to 0.10 and
+# deprecates it after. `vllm serve MODEL` works on every release of the flag catalog.
+VLLM_COMMAND = ("vllm", "serve")
+
 # Flags the operator derives from the spec; extraArgs may not set them behind its back.
 MANAGED_FLAGS = {
     "--model": "spec.model.name",
@@ -33,14 +38,13 @@ MANAGED_FLAGS = {
     "--swap-space": "spec.engine.swapSpace",
     "--download-dir": "the operator (HF_HOME is on the model cache)",
 }
-REQUIRED_FLAGS = ("--model", "--served-model-name", "--host", "--port", "--tensor-parallel-size")
+REQUIRED_FLAGS = ("--served-model-name", "--host", "--port", "--tensor-parallel-size")
 
 
 def _wanted(
     model: ModelSpec, engine: EngineSpec, served_name: str, tp: int, pp: int, max_model_len: int | None
 ) -> Iterator[tuple[str, str | None, str]]:
-    """(flag, value or None for a switch, spec field) in a stable order."""
-    yield "--model", model.name, "spec.model.name"
+    """(flag, value or None for a switch, spec field) in a stable order; the model itself is positional."""
     if model.revision:
         yield "--revision", model.revision, "spec.model.revision"
     yield "--served-model-name", served_name, "spec.model.servedName"
@@ -104,8 +108,9 @@ def build_args(
     flags: FlagSet,
     target: str,
 ) -> tuple[list[str], list[str]]:
-    """(arguments, warnings). A spec field whose flag the release lacks is dropped with a warning."""
-    args: list[str] = []
+    """(arguments after `vllm serve`, warnings). A spec field whose flag the release lacks is dropped with a
+    warning."""
+    args: list[str] = [model.name]
     warnings: list[str] = []
     for flag, value, field in _wanted(model, engine, served_name, tp, pp, max_model_len):
         if not flags.accepts(flag):

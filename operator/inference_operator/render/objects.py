@@ -14,7 +14,7 @@ import yaml
 from ..api import API_VERSION, KIND, SchedulingSpec
 from ..api.types import quantity_bytes
 from ..planner import LaunchPlan
-from ..planner.vllm_args import SERVING_PORT
+from ..planner.vllm_args import SERVING_PORT, VLLM_COMMAND
 
 CACHE_MOUNT = "/models"
 ROLE_VLLM: Literal["vllm"] = "vllm"
@@ -157,6 +157,7 @@ def vllm_pod_template(plan: LaunchPlan, revision: str) -> dict[str, Any]:
         scheduling=(scheduling or SchedulingSpec()).model_dump(),
         tolerations=_tolerations(plan, plan.gpus),
         image=plan.image,
+        command=list(VLLM_COMMAND),
         args=list(plan.args),
         port=SERVING_PORT,
         env=_vllm_env(plan),

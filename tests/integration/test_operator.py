@@ -253,9 +253,11 @@ async def test_unready_vllm_fails_over_to_ollama_and_back(operator_factory: Star
     rev = obj["status"]["activeRevision"]
     await wait_for(lambda: servers.traffic("fo"), lambda t: t[1] == {rev}, timeout=30, what="vLLM serving")
 
+    # Windows are timed from just before the flip: the operator cannot see it earlier, while the test's own view
+    # of it lags by a poll; the persisted timestamps are whole seconds, hence the 1.5 s of slack below.
+    unready_at = time.monotonic()
     assert await servers.set_pod_readiness("fo", rev, ready=False) == 1
     await wait_for(lambda: servers.traffic("fo"), lambda t: not t[1], timeout=30, what="vLLM endpoints unready")
-    unready_at = time.monotonic()
     await wait_for(
         lambda: servers.traffic("fo"),
         lambda t: t[1] == {"ollama"},
@@ -267,12 +269,12 @@ async def test_unready_vllm_fails_over_to_ollama_and_back(operator_factory: Star
     assert activate - 1.5 <= switched_after <= activate + 10
     await servers.wait_condition("fo", "FallbackActive", "True", timeout=10)
 
+    ready_at = time.monotonic()
     assert await servers.set_pod_readiness("fo", rev, ready=True) == 1
     await wait_for(lambda: servers.core.list_namespaced_pod(servers.namespace, label_selector=(
         f"inference-operator.dev/revision={rev}")), lambda pods: all(
         any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []) for p in pods.items),
         timeout=30, what="vLLM pod ready again")  # fmt: skip
-    ready_at = time.monotonic()
     await wait_for(
         lambda: servers.traffic("fo"),
         lambda t: t[1] == {rev},

@@ -1,3 +1,5 @@
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -170,10 +172,53 @@ def test_ollama_serves_the_vllm_model_id_on_the_same_port() -> None:
     assert (
         container["ports"][0]["containerPort"] == vllm_pod(objs)["spec"]["containers"][0]["ports"][0]["containerPort"]
     )
-    script = container["args"][0]
-    assert script.index("ollama pull") < script.index("ollama cp") < script.index("model-ready")
-    assert "model-ready" in " ".join(container["readinessProbe"]["exec"]["command"])
+    assert "MODEL_READY_FILE" in " ".join(container["readinessProbe"]["exec"]["command"])
     assert ollama["spec"]["replicas"] == 1
+
+
+STAND_IN = """#!/bin/sh
+echo "$(basename "$0") $*" >> "$CALLS"
+case "$1" in
+  pull) [ -f "$CALLS.pulled-once" ] || { touch "$CALLS.pulled-once"; exit 1; } ;;
+esac
+exit 0
+"""
+
+
+def test_ollama_script_pulls_with_retries_then_copies_then_reports_ready(tmp_path: Path) -> None:
+    p = plan(
+        server(
+            {
+                "model": {"name": "org/m", "servedName": "chat"},
+                "engine": {"version": "0.10.2"},
+                "fallback": {"ollama": {"model": "llama3.2:1b"}},
+            }
+        ),
+        FLAGS,
+        FACTS,
+    )
+    ollama = next(d for d in by_kind(objects(p), "Deployment") if d["metadata"]["labels"][LABEL_ROLE] == "ollama")
+    container = ollama["spec"]["template"]["spec"]["containers"][0]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("ollama", "sleep"):  # a stand-in sleep: the retry must not cost the test 15 s
+        (bin_dir / tool).write_text(STAND_IN)
+        (bin_dir / tool).chmod(0o755)
+    calls, ready = tmp_path / "calls", tmp_path / "ready"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    env |= {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls), "MODEL_READY_FILE": str(ready)}
+    done = subprocess.run([*container["command"], container["args"][0]], env=env, timeout=30, check=False)
+    assert done.returncode == 0
+    seen = calls.read_text().splitlines()
+    assert "ollama serve" in seen  # started in the background, so its place in the log varies
+    assert [c for c in seen if c != "ollama serve"] == [
+        "ollama list",
+        "ollama pull llama3.2:1b",
+        "sleep 15",
+        "ollama pull llama3.2:1b",
+        "ollama cp llama3.2:1b chat",
+    ]
+    assert ready.exists()
 
 
 def test_on_demand_ollama_is_scaled_to_zero_until_needed() -> None:

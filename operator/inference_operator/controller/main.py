@@ -35,22 +35,22 @@ CHILDREN = (
 )
 
 
-async def api_client(options: Options) -> ApiClient:
+async def _configuration(options: Options) -> client.Configuration:
     configuration = client.Configuration()
     if options.kubeconfig:
         await config.load_kube_config(config_file=options.kubeconfig, client_configuration=configuration)
     else:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return ApiClient(configuration)
+    return configuration
+
+
+async def api_client(options: Options) -> ApiClient:
+    return ApiClient(await _configuration(options))
 
 
 async def connection_info(options: Options) -> kopf.ConnectionInfo:
     """kopf's watch connection from the same credentials as our client (kubeconfig, exec plugins, or in-cluster)."""
-    configuration = client.Configuration()
-    if options.kubeconfig:
-        await config.load_kube_config(config_file=options.kubeconfig, client_configuration=configuration)
-    else:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration = await _configuration(options)
     header = await configuration.get_api_key_with_prefix("BearerToken")
     scheme, _, token = (header or "").rpartition(" ")
     assert configuration.host, "the kubeconfig names no server"
@@ -66,6 +66,16 @@ async def connection_info(options: Options) -> kopf.ConnectionInfo:
     )
 
 
+def tune(settings: kopf.OperatorSettings) -> None:
+    settings.posting.enabled = False  # our own Events say what happened; kopf's log lines are not Events
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+    for resource in CHILDREN:
+        # Filtered by the API server, so a cluster-wide operator is not sent every Pod of the cluster.
+        settings.watching.label_selectors[resource] = LABEL_SERVER
+
+
 def registry_for(scheduler: Scheduler, options: Options) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -75,10 +85,7 @@ def registry_for(scheduler: Scheduler, options: Options) -> kopf.OperatorRegistr
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.posting.enabled = False  # our own Events say what happened; kopf's log lines are not Events
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
-        settings.networking.request_timeout = 60
+        tune(settings)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def server_changed(type: str, name: str, namespace: str | None, **_: Any) -> None:

@@ -71,11 +71,30 @@ def default_state_root() -> Path:
     return cache_root() / "clusters"
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A free port below the kernel's ephemeral range: between this check and the server binding it, an outgoing
+    connection (of which a cluster makes many) could otherwise take it as its source port."""
+    low, high = 10000, min(_ephemeral_floor(), 32768)
+    rng = secrets.SystemRandom()
+    for _ in range(200 if high > low else 0):
+        port = rng.randrange(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 def _die_with_parent() -> None:

@@ -1,4 +1,8 @@
+import socket
+from pathlib import Path
+
 from localcluster import NodePool, default_shape
+from localcluster.cluster import free_port
 
 
 def test_default_shape_is_four_gpu_nodes_of_eight_and_two_cpu_nodes() -> None:
@@ -31,3 +35,13 @@ def test_shape_is_configurable() -> None:
     shape = default_shape(gpu_nodes=1, gpus_per_node=2, cpu_nodes=0)
     assert shape.node_count() == 1
     assert shape.manifests()[0]["status"]["capacity"]["nvidia.com/gpu"] == "2"
+
+
+def test_free_ports_are_bindable_and_outside_the_ephemeral_range() -> None:
+    floor = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert len(ports) > 1
+    for port in ports:
+        assert port < floor
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", port))

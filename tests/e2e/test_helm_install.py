@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,9 @@ def service_account_kubeconfig(cluster: ClusterHandle, namespace: str, account: 
 
 
 @pytest.fixture(params=["cluster-wide", "namespaced"])
-def installed(
+async def installed(
     request: pytest.FixtureRequest, crd_installed: ClusterHandle, namespace: str, tmp_path: Path
-) -> Iterator[tuple[str, list[str], str | None]]:
+) -> AsyncIterator[tuple[str, list[str], str | None]]:
     """The chart installed in its own namespace: (release namespace, operator arguments, watched namespace)."""
     release_ns = f"io-system-{uuid.uuid4().hex[:6]}"
     args = ["install", RELEASE, str(CHART), "--namespace", release_ns, "--create-namespace"]
@@ -70,18 +71,18 @@ def installed(
     helm(crd_installed, *args)
     yield release_ns, extra, watched
     helm(crd_installed, "uninstall", RELEASE, "--namespace", release_ns, "--wait")
-    left = kubectl(
-        crd_installed,
-        "get",
-        "all,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,leases",
-        "-A",
-        "-l",
-        f"app.kubernetes.io/instance={RELEASE}",
-        "-o",
-        "name",
-    ).stdout.split()
-    kubectl(crd_installed, "delete", "namespace", release_ns, "--wait=false")
-    assert left == [], f"helm uninstall left operator objects behind: {left}"
+
+    async def left_behind() -> list[str]:
+        # helm's --wait covers the objects it deleted; their ReplicaSet and Pods go by garbage collection after.
+        kinds = "all,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,leases"
+        selector = f"app.kubernetes.io/instance={RELEASE}"
+        out = await asyncio.to_thread(kubectl, crd_installed, "get", kinds, "-A", "-l", selector, "-o", "name")
+        return out.stdout.split()
+
+    try:
+        await wait_for(left_behind, lambda left: left == [], timeout=60, what="nothing of the release left")
+    finally:
+        kubectl(crd_installed, "delete", "namespace", release_ns, "--wait=false")
 
 
 async def test_chart_rbac_is_enough_to_serve_switch_and_clean_up(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import calendar
 import contextlib
 import json
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -87,8 +89,8 @@ async def ready_server(servers: Servers, name: str, spec: dict[str, Any], timeou
     return await servers.wait_condition(name, "Ready", "True", timeout=timeout)
 
 
-def reasons(events: list[Any]) -> list[str]:
-    return [e.reason for e in events]
+def timestamp(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 # 1 --------------------------------------------------------------------------------------------
@@ -158,7 +160,7 @@ async def test_model_switch_moves_traffic_only_after_the_new_pods_are_ready(
         lambda: servers.deployments("switch"), lambda deps: len(deps) == 1, timeout=30, what="old revision removed"
     )
     assert remaining[0].metadata.labels["inference-operator.dev/revision"] == new
-    assert "RolloutSucceeded" in reasons(await servers.events("switch"))
+    await servers.wait_event("switch", "RolloutSucceeded")
 
 
 # 3 --------------------------------------------------------------------------------------------
@@ -179,10 +181,8 @@ async def test_revision_that_never_becomes_ready_is_rolled_back(operator_factory
     assert selector["inference-operator.dev/revision"] == old
     assert backends == {old}
     await wait_for(lambda: servers.deployments("rb"), lambda d: len(d) == 1, timeout=30, what="bad revision removed")
-    events = await servers.events("rb")
-    rolled = [e for e in events if e.reason == "RolloutRolledBack"]
-    assert rolled
-    assert rolled[0].type == "Warning"
+    rolled = await servers.wait_event("rb", "RolloutRolledBack")
+    assert rolled.type == "Warning"
 
     await servers.patch_spec("rb", {"podMetadata": None, "model": {"name": "google/gemma-2-2b-it"}})
     done = await servers.wait_status(
@@ -236,7 +236,7 @@ async def test_auto_bridges_through_ollama_when_the_old_revision_holds_every_gpu
         await watch.reaches({new}, timeout=30, what="new serving")
     watch.assert_one_backend_at_a_time()
     assert watch.backends_seen() == [old, "ollama", new]
-    assert "RolloutBridging" in reasons(await servers.events("bridge"))
+    await servers.wait_event("bridge", "RolloutBridging")
 
 
 # 5 --------------------------------------------------------------------------------------------
@@ -257,17 +257,21 @@ async def test_unready_vllm_fails_over_to_ollama_and_back(operator_factory: Star
     # of it lags by a poll; the persisted timestamps are whole seconds, hence the 1.5 s of slack below.
     unready_at = time.monotonic()
     assert await servers.set_pod_readiness("fo", rev, ready=False) == 1
-    await wait_for(lambda: servers.traffic("fo"), lambda t: not t[1], timeout=30, what="vLLM endpoints unready")
     await wait_for(
         lambda: servers.traffic("fo"),
         lambda t: t[1] == {"ollama"},
-        timeout=activate + 15,
+        timeout=activate + 30,
         what="traffic on Ollama",
         interval=0.1,
     )
-    switched_after = time.monotonic() - unready_at
-    assert activate - 1.5 <= switched_after <= activate + 10
-    await servers.wait_condition("fo", "FallbackActive", "True", timeout=10)
+    assert time.monotonic() - unready_at >= activate - 1.5
+    failed_over = await servers.wait_condition("fo", "FallbackActive", "True", timeout=10)
+    # How late the switch came, by the operator's own clock: free of kwok's and the test's delays.
+    active = next(c for c in failed_over["status"]["conditions"] if c["type"] == "FallbackActive")
+    waited = (
+        timestamp(active["lastTransitionTime"]) - timestamp(failed_over["status"]["fallbackSince"])
+    ).total_seconds()
+    assert activate <= waited <= activate + 5
 
     ready_at = time.monotonic()
     assert await servers.set_pod_readiness("fo", rev, ready=True) == 1
@@ -284,9 +288,8 @@ async def test_unready_vllm_fails_over_to_ollama_and_back(operator_factory: Star
     )
     assert time.monotonic() - ready_at >= recover - 1.5
     await servers.wait_condition("fo", "FallbackActive", "False", timeout=10)
-    got = reasons(await servers.events("fo"))
-    assert "FallbackActivated" in got
-    assert "FallbackRecovered" in got
+    await servers.wait_event("fo", "FallbackActivated")
+    await servers.wait_event("fo", "FallbackRecovered")
 
 
 # 6 --------------------------------------------------------------------------------------------
@@ -393,7 +396,7 @@ async def test_spec_the_planner_refuses_stalls_without_pods_until_fixed(
     assert "spec.resources.gpus: the model does not fit" in cond["message"]
     assert obj["status"]["phase"] == "Stalled"
     assert await servers.deployments("big") == []
-    assert "PlanRefused" in reasons(await servers.events("big"))
+    await servers.wait_event("big", "PlanRefused")
 
     await servers.patch_spec("big", {"model": SMALL})
     fixed = await servers.wait_condition("big", "Ready", "True")
@@ -403,7 +406,9 @@ async def test_spec_the_planner_refuses_stalls_without_pods_until_fixed(
 # 9 --------------------------------------------------------------------------------------------
 def audit_writes(path: Any, namespace: str, since: float) -> list[dict[str, Any]]:
     writes = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text().splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break  # the API server is still writing this entry
         entry = json.loads(line)
         ref = entry.get("objectRef") or {}
         stamp = entry.get("stageTimestamp", "")
@@ -411,7 +416,7 @@ def audit_writes(path: Any, namespace: str, since: float) -> list[dict[str, Any]
             entry.get("user", {}).get("username") == "admin"
             and ref.get("namespace") == namespace
             and entry.get("verb") in ("create", "update", "patch", "delete")
-            and time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone >= since
+            and calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) >= since
         ):
             writes.append(entry)
     return writes
@@ -451,7 +456,7 @@ async def test_full_resync_of_twenty_ready_servers_writes_nothing(
 async def test_of_two_replicas_only_the_lease_holder_acts_and_the_other_takes_over(
     operator_factory: Start, servers: Servers, namespace: str
 ) -> None:
-    lease = ["--leader-elect", "--leader-election-namespace", namespace, "--lease-name", "ha", "--lease-seconds", "6"]
+    lease = ["--leader-elect", "--leader-election-namespace", namespace, "--lease-name", "ha", "--lease-seconds", "15"]
     first, second = operator_factory(*lease), operator_factory(*lease)
 
     async def leaders() -> list[float]:
@@ -471,6 +476,6 @@ async def test_of_two_replicas_only_the_lease_holder_acts_and_the_other_takes_ov
 
     leader.kill()
     await wait_for(lambda: asyncio.to_thread(standby.metrics), lambda m: m.get("inference_operator_leader") == 1.0,
-                   timeout=30, what="standby took the lease")  # fmt: skip
+                   timeout=60, what="standby took the lease", retry_on=(OSError,))  # fmt: skip
     await servers.patch_spec("ha", {"replicas": 2})
     await servers.wait_status("ha", lambda s: s.get("readyReplicas") == 2, "scaled by the new leader", timeout=60)

@@ -157,6 +157,16 @@ class Servers:
         )
         return list(events.items)
 
+    async def wait_event(self, name: str, reason: str, timeout: float = 30) -> Any:
+        """The first Event of `reason` about a server; the operator posts Events after it writes status."""
+        events = await wait_for(
+            lambda: self.events(name),
+            lambda evs: any(e.reason == reason for e in evs),
+            timeout=timeout,
+            what=f"{name}: an Event {reason}",
+        )
+        return next(e for e in events if e.reason == reason)
+
     async def traffic(self, name: str) -> tuple[dict[str, str], set[str]]:
         """The stable Service's selector and the backends (revision or 'ollama') of its ready endpoints."""
         svc = await self.core.read_namespaced_service(name, self.namespace)

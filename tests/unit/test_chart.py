@@ -8,6 +8,7 @@ import kubernetes_validate
 import pytest
 
 from inference_operator.api.reference import reference
+from inference_operator.planner.inputs import DEFAULT_OLLAMA_IMAGE, DEFAULT_VLLM_IMAGE
 from render_install import KUBE_VERSION, ROOT, install_yaml
 from tests.support.chart import CHART, NAMESPACED_VALUES, helm_binary, rendered
 
@@ -76,6 +77,12 @@ def test_operator_pod_is_non_root_and_read_only() -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_chart_defaults_the_images_the_operator_defaults_to() -> None:
+    deployment = next(d for d in rendered() if d["kind"] == "Deployment")
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (env["VLLM_IMAGE"], env["OLLAMA_IMAGE"]) == (DEFAULT_VLLM_IMAGE, DEFAULT_OLLAMA_IMAGE)
 
 
 def test_monitoring_resources_render_when_enabled() -> None:

@@ -13,7 +13,9 @@ from inference_operator.planner import (
     lookup,
     plan,
 )
+from inference_operator.planner.inputs import DEFAULT_VLLM_IMAGE
 from inference_operator.planner.memory import GIB, OVERHEAD_GIB
+from inference_operator.planner.versions import release_from_image
 from inference_operator.planner.vllm_args import REQUIRED_FLAGS
 from tests.support.examples import server
 
@@ -298,3 +300,7 @@ def test_model_is_positional_on_every_release(release: str) -> None:
 def test_extra_args_may_not_pass_the_model_a_second_way() -> None:
     with pytest.raises(PlanError, match=r"--model is set by spec\.model\.name"):
         plan(server({"model": {"name": "m/x"}, "engine": {"version": "0.10.2", "extraArgs": ["--model=o/y"]}}), CATALOG)
+
+
+def test_default_vllm_image_is_the_newest_release_of_the_catalog() -> None:
+    assert release_from_image(DEFAULT_VLLM_IMAGE) == CATALOG.newest().release

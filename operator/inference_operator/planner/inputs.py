@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.10.2"
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_OLLAMA_IMAGE = "ollama/ollama:0.12.6"
 DEFAULT_MAX_GPUS_PER_NODE = 8
 

@@ -85,6 +85,46 @@ async def installed(
         kubectl(crd_installed, "delete", "namespace", release_ns, "--wait=false")
 
 
+def can_i(cluster: ClusterHandle, user: str, verb: str, resource: str, namespace: str) -> bool:
+    """The API server's RBAC verdict for `user`, asked by impersonation (kubectl --as)."""
+    resource, _, sub = resource.partition("/")
+    subresource = [f"--subresource={sub}"] if sub else []
+    done = kubectl(cluster, "auth", "can-i", verb, resource, *subresource, "-n", namespace, "--as", user, check=False)
+    assert done.stdout.strip() in ("yes", "no"), done.stderr
+    return done.stdout.strip() == "yes"
+
+
+def test_chart_rbac_grants_the_operator_no_more_than_it_needs(
+    installed: tuple[str, list[str], str | None], crd_installed: ClusterHandle, namespace: str
+) -> None:
+    release_ns, _, watched = installed
+    user = f"system:serviceaccount:{release_ns}:{RELEASE}-inference-operator"
+    needed = [
+        ("watch", "inferenceservers.inference-operator.dev"),
+        ("patch", "inferenceservers.inference-operator.dev/status"),
+        ("patch", "deployments.apps"),
+        ("create", "services"),
+        ("create", "persistentvolumeclaims"),
+        ("patch", "poddisruptionbudgets.policy"),
+        ("watch", "pods"),
+        ("create", "events"),
+    ]
+    never = [
+        ("update", "inferenceservers.inference-operator.dev"),  # a user's spec is the user's
+        ("delete", "persistentvolumeclaims"),  # a model cache is never deleted by the operator
+        ("get", "secrets"),  # the HF token reaches the pod by reference only
+        ("create", "pods"),
+        ("create", "rolebindings.rbac.authorization.k8s.io"),
+    ]
+    for verb, resource in needed:
+        assert can_i(crd_installed, user, verb, resource, namespace), (verb, resource)
+    for verb, resource in never:
+        assert not can_i(crd_installed, user, verb, resource, namespace), (verb, resource)
+    if watched is not None:  # a namespaced install grants nothing outside the listed namespaces
+        assert not can_i(crd_installed, user, "patch", "deployments.apps", "default")
+        assert not can_i(crd_installed, user, "watch", "inferenceservers.inference-operator.dev", "default")
+
+
 async def test_chart_rbac_is_enough_to_serve_switch_and_clean_up(
     installed: tuple[str, list[str], str | None],
     crd_installed: ClusterHandle,

@@ -150,7 +150,8 @@ def test_service_selects_one_revision_or_the_fallback() -> None:
     assert to_vllm["spec"]["ports"] == to_ollama["spec"]["ports"]
 
 
-def test_ollama_serves_the_vllm_model_id_on_the_same_port() -> None:
+def with_fallback() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every object of a server with an Ollama fallback, and the Ollama Deployment among them."""
     p = plan(
         server(
             {
@@ -163,7 +164,11 @@ def test_ollama_serves_the_vllm_model_id_on_the_same_port() -> None:
         FACTS,
     )
     objs = objects(p)
-    ollama = next(d for d in by_kind(objs, "Deployment") if d["metadata"]["labels"][LABEL_ROLE] == "ollama")
+    return objs, next(d for d in by_kind(objs, "Deployment") if d["metadata"]["labels"][LABEL_ROLE] == "ollama")
+
+
+def test_ollama_serves_the_vllm_model_id_on_the_same_port() -> None:
+    objs, ollama = with_fallback()
     container = ollama["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["SERVED_MODEL_NAME"] == "chat"
@@ -186,18 +191,7 @@ exit 0
 
 
 def test_ollama_script_pulls_with_retries_then_copies_then_reports_ready(tmp_path: Path) -> None:
-    p = plan(
-        server(
-            {
-                "model": {"name": "org/m", "servedName": "chat"},
-                "engine": {"version": "0.10.2"},
-                "fallback": {"ollama": {"model": "llama3.2:1b"}},
-            }
-        ),
-        FLAGS,
-        FACTS,
-    )
-    ollama = next(d for d in by_kind(objects(p), "Deployment") if d["metadata"]["labels"][LABEL_ROLE] == "ollama")
+    _, ollama = with_fallback()
     container = ollama["spec"]["template"]["spec"]["containers"][0]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -6,7 +6,6 @@ from typing import Any
 from inference_operator.controller.conditions import (
     build_status,
     decided_conditions,
-    memory_from_status,
     phase,
     refused_conditions,
 )
@@ -14,6 +13,7 @@ from inference_operator.controller.diff import contains
 from inference_operator.controller.facts import gpu_facts
 from inference_operator.controller.observe import observe, pod_health
 from inference_operator.controller.rollout import Decision, Memory, Rollout
+from inference_operator.controller.state import read_memory
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -212,7 +212,11 @@ def test_refusal_is_stalled_with_the_message() -> None:
 
 def test_status_keeps_transition_times_while_conditions_hold_and_round_trips_memory() -> None:
     mem = Memory(
-        "a", "vllm", Rollout(state="Idle", to_revision="a", result="Succeeded", start=NOW, end=NOW), fallback_since=NOW
+        "a",
+        "vllm",
+        Rollout(state="Idle", to_revision="a", result="Succeeded", start_time=NOW, end_time=NOW),
+        fallback_since=NOW,
+        serving="a",
     )
     conds = decided_conditions(decision(memory=mem), "a", 1, 1)
     first = build_status(
@@ -223,4 +227,9 @@ def test_status_keeps_transition_times_while_conditions_hold_and_round_trips_mem
         previous=first, generation=2, conds=conds, now=later, endpoint="e", plan=None, memory=mem, replicas=1, ready=1
     )
     assert second == first
-    assert memory_from_status(second) == mem
+    service = {
+        "metadata": {"name": "s", "annotations": {"inference-operator.dev/active-revision": "a"}},
+        "spec": {"selector": {"inference-operator.dev/role": "vllm", "inference-operator.dev/revision": "a"}},
+    }
+    deployment = {"metadata": {"labels": {"inference-operator.dev/role": "vllm", "inference-operator.dev/revision": "a"}}}
+    assert read_memory(second, service, [deployment], "a", "Auto", NOW) == mem

@@ -37,15 +37,23 @@ def pending(**kw: object) -> RevisionObservation:
     return RevisionObservation(replicas=1, ready=0, **kw)  # type: ignore[arg-type]
 
 
-def seen(ollama: bool = False, **revisions: RevisionObservation) -> Observed:
-    return Observed(revisions=revisions, ollama_ready=ollama)
+def seen(
+    ollama: bool = False, endpoints: tuple[str, ...] = (), ollama_replicas: int = 0, **revisions: RevisionObservation
+) -> Observed:
+    return Observed(
+        revisions=revisions,
+        ollama_ready=ollama,
+        ollama_replicas=ollama_replicas or (1 if ollama else 0),
+        endpoints=frozenset(endpoints),
+    )
 
 
 def stable(rev: str = "a") -> Memory:
     return Memory(
         active_revision=rev,
         backend="vllm",
-        rollout=Rollout(state="Idle", to_revision=rev, result="Succeeded", start=T0, end=T0),
+        rollout=Rollout(state="Idle", to_revision=rev, result="Succeeded", start_time=T0, end_time=T0),
+        serving=rev,
     )
 
 
@@ -194,11 +202,19 @@ def test_switch_starts_the_new_revision_beside_the_old() -> None:
 
 def test_switch_moves_traffic_once_the_new_revision_is_ready() -> None:
     started = decide(want("b"), seen(a=ready()), stable("a"), at(10)).memory
-    d = decide(want("b"), seen(a=ready(), b=ready()), started, at(20))
+    d = decide(want("b"), seen(a=ready(), b=ready(), endpoints=("a",)), started, at(20))
     assert reasons(d) == ["RolloutSucceeded"]
-    assert d.deployments == {"b": 1}
     assert d.revision == "b"
     assert d.memory.active_revision == "b"
+    # Traffic moved first; the old revision drains before it goes.
+    assert d.deployments == {"b": 1, "a": 1}
+    assert d.memory.draining == {"a": at(20)}
+    listed = decide(want("b"), seen(a=ready(), b=ready(), endpoints=("b",)), d.memory, at(21))
+    assert listed.deployments == {"b": 1, "a": 1}
+    assert listed.requeue_after == pytest.approx(14)
+    gone = decide(want("b"), seen(a=ready(), b=ready(), endpoints=("b",)), listed.memory, at(35))
+    assert gone.deployments == {"b": 1}
+    assert gone.memory.draining == {}
 
 
 def test_switch_waits_for_every_replica() -> None:
@@ -273,7 +289,10 @@ def test_auto_bridges_when_the_gpus_are_held() -> None:
     assert "RolloutBridging" in reasons(d)
     assert d.memory.rollout.state == "Bridging"
     assert d.backend == "ollama"
-    assert d.deployments == {"a": 0, "b": 1}
+    assert d.deployments == {"a": 1, "b": 1}  # the old revision drains before its GPUs are freed
+    drained = decide(want("b", "Auto", STANDBY), seen(True, ("ollama",), a=ready(), b=short()), d.memory, at(35))
+    assert drained.deployments == {"a": 0, "b": 1}
+    assert drained.backend == "ollama"
 
 
 def test_bridge_waits_for_ollama_before_freeing_gpus() -> None:
@@ -296,7 +315,7 @@ def test_bridge_completes_on_the_new_revision() -> None:
 def test_failed_bridge_restores_the_old_revision_behind_ollama() -> None:
     started = decide(want("b", "Auto", STANDBY), seen(True, a=ready()), stable("a"), at(10)).memory
     bridging = decide(want("b", "Auto", STANDBY), seen(True, a=ready(), b=short()), started, at(20)).memory
-    d = decide(want("b", "Auto", STANDBY), seen(True, b=pending(failure="crash")), bridging, at(30))
+    d = decide(want("b", "Auto", STANDBY), seen(True, ("ollama",), b=pending(failure="crash")), bridging, at(30))
     assert reasons(d) == ["RolloutRolledBack"]
     assert d.memory.rollout.state == "RollingBack"
     assert d.deployments == {"a": 1}
@@ -319,8 +338,10 @@ def test_auto_without_fallback_waits_like_blue_green() -> None:
 
 def test_recreate_stops_the_old_revision_first() -> None:
     d = decide(want("b", "Recreate"), seen(a=ready()), stable("a"), at(10))
-    assert d.deployments == {"a": 0, "b": 1}
     assert (d.backend, d.revision) == ("vllm", "b")
+    assert d.deployments == {"a": 1, "b": 1}  # requests in flight on the old revision finish first
+    stopped = decide(want("b", "Recreate"), seen(a=ready(), b=pending()), d.memory, at(25))
+    assert stopped.deployments == {"a": 0, "b": 1}
 
 
 def test_recreate_with_fallback_serves_ollama_meanwhile() -> None:
@@ -328,8 +349,14 @@ def test_recreate_with_fallback_serves_ollama_meanwhile() -> None:
     assert not_yet.deployments == {"a": 1}
     assert not_yet.ollama_replicas == 1
     d = decide(want("b", "Recreate", ON_DEMAND), seen(True, a=ready()), not_yet.memory, at(20))
-    assert d.deployments == {"a": 0, "b": 1}
     assert d.backend == "ollama"
+    assert d.deployments == {"a": 1, "b": 1}  # drains first
+    later = decide(want("b", "Recreate", ON_DEMAND), seen(True, ("ollama",), a=ready()), d.memory, at(40))
+    assert later.deployments == {"a": 0, "b": 1}
+    # Ollama briefly unready while the new revision loads: the new revision is not touched, the old stays down.
+    blip = decide(want("b", "Recreate", ON_DEMAND), seen(False, b=pending()), later.memory, at(50))
+    assert blip.deployments == {"a": 0, "b": 1}
+    assert blip.backend == "ollama"
 
 
 def test_recreate_completes_and_failure_recreates_the_old_revision() -> None:
@@ -337,5 +364,6 @@ def test_recreate_completes_and_failure_recreates_the_old_revision() -> None:
     done = decide(want("b", "Recreate"), seen(b=ready()), started, at(20))
     assert reasons(done) == ["RolloutSucceeded"]
     failed = decide(want("b", "Recreate"), seen(b=pending(failure="crash")), started, at(20))
-    assert failed.deployments == {"a": 1}
+    assert failed.deployments["a"] == 1
+    assert (failed.backend, failed.revision) == ("vllm", "a")
     assert failed.memory.rollout.state == "RollingBack"

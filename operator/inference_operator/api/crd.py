@@ -6,7 +6,17 @@ from typing import Any
 
 import yaml
 
-from .resource import GROUP, KIND, MAX_NAME_LENGTH, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from .resource import (
+    GROUP,
+    KIND,
+    MAX_NAME_LENGTH,
+    NAME_SUFFIX_MESSAGE,
+    PLURAL,
+    RESERVED_NAME_SUFFIX,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+)
 from .spec import InferenceServerSpec
 from .status import InferenceServerStatus
 
@@ -103,7 +113,11 @@ def openapi_schema() -> dict[str, Any]:
                 "rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
                 "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters: "
                 "child objects add a -vllm-<revision> suffix",
-            }
+            },
+            {
+                "rule": f"!self.metadata.name.endsWith('{RESERVED_NAME_SUFFIX}')",
+                "message": NAME_SUFFIX_MESSAGE,
+            },
         ],
     }
 

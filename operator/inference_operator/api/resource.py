@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .spec import InferenceServerSpec
-from .status import InferenceServerStatus
 from .types import DNS_LABEL, ApiModel
 
 GROUP = "inference-operator.dev"
@@ -18,6 +17,13 @@ SHORT_NAMES = ("isrv", "infsrv")
 FIELD_MANAGER = GROUP
 FINALIZER = f"{GROUP}/finalizer"
 MAX_NAME_LENGTH = 42  # room for the "-vllm-<revision>" suffix of child Deployments within 63 characters
+# The one suffix a child takes in the namespace's Service names: a server of such a name would take the fallback
+# Service of another server, so it is refused. Every other child name ends in a suffix no server name can produce.
+RESERVED_NAME_SUFFIX = "-ollama"
+NAME_SUFFIX_MESSAGE = (
+    f"metadata.name must not end with {RESERVED_NAME_SUFFIX}: the server named without it would use that name "
+    "for its Ollama fallback Service"
+)
 
 
 class ObjectMeta(ApiModel):
@@ -30,6 +36,14 @@ class ObjectMeta(ApiModel):
     uid: str | None = None
     generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _no_reserved_suffix(cls, name: str) -> str:
+        if name.endswith(RESERVED_NAME_SUFFIX):
+            raise ValueError(NAME_SUFFIX_MESSAGE)
+        return name
 
 
 class InferenceServer(ApiModel):
@@ -39,4 +53,4 @@ class InferenceServer(ApiModel):
     kind: str = Field(default=KIND, pattern=f"^{KIND}$")
     metadata: ObjectMeta
     spec: InferenceServerSpec
-    status: InferenceServerStatus | None = None
+    # Status is not read here: it is the operator's cache (read part by part, tolerantly), never input.

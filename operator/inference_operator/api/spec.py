@@ -276,6 +276,22 @@ class RolloutSpec(ApiModel):
     timeout_seconds: int = Field(
         default=1800, ge=30, le=86400, description="How long a new revision may take to become ready."
     )
+    drain_seconds: int = Field(
+        default=15,
+        ge=0,
+        le=3600,
+        description=(
+            "After traffic leaves a backend (switch, rollback, bridge, recovery) and its endpoints are gone, how "
+            "long it keeps running before it is removed, so that every node's proxy has moved on. Pods also wait "
+            "this long in their preStop hook before they are stopped."
+        ),
+    )
+    stream_grace_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=86400,
+        description="How long a stopping pod may take to finish the requests and streams it is serving.",
+    )
 
 
 class OllamaResources(ApiModel):

@@ -10,10 +10,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..api.status import format_time
 from ..planner import LaunchPlan
-from .rollout import Decision, Memory, Rollout
+from .rollout import Decision, Memory
 
-CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Degraded", "FallbackActive")
+CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Degraded", "FallbackActive", "PlanOutdated")
+# Reasons Kubernetes gives for pods that cannot serve; each becomes a condition reason and a Warning Event.
+TROUBLE_REASONS = (
+    "Unschedulable",
+    "CrashLoopBackOff",
+    "OOMKilled",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+)
 
 
 @dataclass(frozen=True)
@@ -24,14 +34,28 @@ class Cond:
     message: str
 
 
+@dataclass(frozen=True)
+class Trouble:
+    """Why pods of a revision cannot serve, in Kubernetes' own word and with its message."""
+
+    reason: str
+    message: str
+
+
 def iso(t: datetime | None) -> str | None:
-    return None if t is None else t.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if t is None else format_time(t)
 
 
 def parse_time(text: str | None) -> datetime | None:
     if not text:
         return None
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def outdated_condition(change: str | None) -> Cond:
+    if change is None:
+        return Cond("PlanOutdated", False, "AsExpected", "")
+    return Cond("PlanOutdated", True, "ReplanAvailable", change)
 
 
 def merge_conditions(
@@ -57,6 +81,7 @@ def merge_conditions(
 
 
 def refused_conditions(field_message: str, reason: str, serving: bool) -> list[Cond]:
+    """The spec cannot be served (or a child cannot be written): nothing changes until the user acts."""
     return [
         Cond("Ready", False, reason, field_message),
         Cond("Reconciling", False, reason, "waiting for the spec to change"),
@@ -68,10 +93,18 @@ def refused_conditions(field_message: str, reason: str, serving: bool) -> list[C
             "the previous revision keeps serving" if serving else "",
         ),
         Cond("FallbackActive", False, "AsExpected", ""),
+        outdated_condition(None),
     ]
 
 
-def decided_conditions(decision: Decision, desired_revision: str, replicas: int, ready: int) -> list[Cond]:
+def decided_conditions(
+    decision: Decision,
+    desired_revision: str,
+    replicas: int,
+    ready: int,
+    trouble: Trouble | None = None,
+    outdated: str | None = None,
+) -> list[Cond]:
     mem = decision.memory
     rollout = mem.rollout
     on_ollama = decision.backend == "ollama"
@@ -85,12 +118,11 @@ def decided_conditions(decision: Decision, desired_revision: str, replicas: int,
         stalled = Cond("Stalled", False, "AsExpected", "")
 
     if rollout.in_progress:
-        reconciling = Cond(
-            "Reconciling",
-            True,
-            "RolloutInProgress",
-            f"rolling out revision {rollout.to_revision} ({rollout.state}, {rollout.strategy})",
-        )
+        progress = f"rolling out revision {rollout.to_revision} ({rollout.state}, {rollout.strategy})"
+        if trouble is not None:
+            reconciling = Cond("Reconciling", True, trouble.reason, f"{progress}: {trouble.message}")
+        else:
+            reconciling = Cond("Reconciling", True, "RolloutInProgress", progress)
     elif rollout.state == "RollingBack":
         reconciling = Cond("Reconciling", True, "RollingBack", f"restoring revision {mem.active_revision}")
     else:
@@ -107,21 +139,27 @@ def decided_conditions(decision: Decision, desired_revision: str, replicas: int,
     elif failed:
         degraded = Cond("Degraded", True, "RolledBack", f"serving revision {mem.active_revision}: {rollout.message}")
     elif mem.active_revision is not None and ready < replicas and not rollout.in_progress:
-        degraded = Cond("Degraded", True, "ReplicasNotReady", f"{ready} of {replicas} vLLM replicas ready")
+        why = f"{ready} of {replicas} vLLM replicas ready"
+        if trouble is not None:
+            degraded = Cond("Degraded", True, trouble.reason, f"{why}: {trouble.message}")
+        else:
+            degraded = Cond("Degraded", True, "ReplicasNotReady", why)
     else:
         degraded = Cond("Degraded", False, "AsExpected", "")
 
     if serving_desired:
         ready_cond = Cond("Ready", True, "Serving", f"vLLM revision {mem.active_revision} serves {ready}/{replicas}")
     elif rollout.in_progress:
-        ready_cond = Cond("Ready", False, "RolloutInProgress", reconciling.message)
+        ready_cond = Cond("Ready", False, reconciling.reason, reconciling.message)
     elif failed:
         ready_cond = Cond("Ready", False, "RolloutFailed", stalled.message)
     elif on_ollama:
         ready_cond = Cond("Ready", False, "FallbackActive", fallback.message)
+    elif trouble is not None:
+        ready_cond = Cond("Ready", False, trouble.reason, trouble.message)
     else:
         ready_cond = Cond("Ready", False, "NotReady", "no ready vLLM replica")
-    return [ready_cond, reconciling, stalled, degraded, fallback]
+    return [ready_cond, reconciling, stalled, degraded, fallback, outdated_condition(outdated)]
 
 
 def phase(conds: list[Cond]) -> str:
@@ -139,43 +177,6 @@ def phase(conds: list[Cond]) -> str:
     return "Pending"
 
 
-def rollout_status(rollout: Rollout) -> dict[str, Any] | None:
-    if rollout.to_revision is None:
-        return None
-    out = {
-        "state": rollout.state,
-        "strategy": rollout.strategy,
-        "fromRevision": rollout.from_revision,
-        "toRevision": rollout.to_revision,
-        "startTime": iso(rollout.start),
-        "endTime": iso(rollout.end),
-        "result": rollout.result,
-        "message": rollout.message,
-    }
-    return {k: v for k, v in out.items() if v is not None}
-
-
-def memory_from_status(status: dict[str, Any]) -> Memory:
-    ro = status.get("rollout") or {}
-    rollout = Rollout(
-        state=ro.get("state", "Idle"),
-        strategy=ro.get("strategy"),
-        from_revision=ro.get("fromRevision"),
-        to_revision=ro.get("toRevision"),
-        start=parse_time(ro.get("startTime")),
-        end=parse_time(ro.get("endTime")),
-        result=ro.get("result"),
-        message=ro.get("message"),
-    )
-    return Memory(
-        active_revision=status.get("activeRevision"),
-        backend=status.get("activeBackend"),
-        rollout=rollout,
-        fallback_since=parse_time(status.get("fallbackSince")),
-        vllm_ready_since=parse_time(status.get("vllmReadySince")),
-    )
-
-
 def build_status(
     *,
     previous: dict[str, Any],
@@ -185,6 +186,7 @@ def build_status(
     endpoint: str | None,
     plan: LaunchPlan | None,
     memory: Memory | None,
+    plan_inputs: dict[str, Any] | None = None,
     replicas: int | None,
     ready: int | None,
 ) -> dict[str, Any]:
@@ -198,17 +200,24 @@ def build_status(
     }
     if plan is not None:
         status["plan"] = plan.status().model_dump(by_alias=True, exclude_none=True)
+        if plan_inputs is not None:
+            status["plan"]["inputs"] = plan_inputs
     elif previous.get("plan") is not None:
         status["plan"] = previous["plan"]
     source = memory
     if source is None:
-        for key in ("activeRevision", "activeBackend", "rollout", "fallbackSince", "vllmReadySince"):
+        for key in ("activeRevision", "activeBackend", "rollout", "fallbackSince", "vllmReadySince", "draining"):
             if previous.get(key) is not None:
                 status[key] = previous[key]
     else:
         status["activeRevision"] = source.active_revision
         status["activeBackend"] = source.backend
-        status["rollout"] = rollout_status(source.rollout)
+        if source.rollout.to_revision is not None:
+            status["rollout"] = source.rollout.model_dump(by_alias=True, exclude_none=True, mode="json")
         status["fallbackSince"] = iso(source.fallback_since)
         status["vllmReadySince"] = iso(source.vllm_ready_since)
+        if source.draining:
+            status["draining"] = [
+                {"backend": k, "since": iso(v)} for k, v in sorted(source.draining.items(), key=lambda kv: kv[0])
+            ]
     return {k: v for k, v in status.items() if v is not None}

@@ -23,6 +23,7 @@ RESOURCES: dict[tuple[str, str], tuple[str, str, bool]] = {
     ("v1", "Node"): ("/api/v1", "nodes", False),
     ("apps/v1", "Deployment"): ("/apis/apps/v1", "deployments", True),
     ("policy/v1", "PodDisruptionBudget"): ("/apis/policy/v1", "poddisruptionbudgets", True),
+    ("discovery.k8s.io/v1", "EndpointSlice"): ("/apis/discovery.k8s.io/v1", "endpointslices", True),
     ("coordination.k8s.io/v1", "Lease"): ("/apis/coordination.k8s.io/v1", "leases", True),
     (API_VERSION, KIND): (f"/apis/{API_VERSION}", PLURAL, True),
 }

@@ -32,6 +32,8 @@ CHILDREN = (
     ("", "v1", "services"),
     ("", "v1", "persistentvolumeclaims"),
     ("policy", "v1", "poddisruptionbudgets"),
+    # The EndpointSlice controller copies the Service's labels, the server label among them.
+    ("discovery.k8s.io", "v1", "endpointslices"),
 )
 
 

@@ -1,7 +1,9 @@
 """One idempotent reconcile of one InferenceServer: plan, observe, decide, apply, report.
 
 A reconcile that finds the cluster as it should be writes nothing: children are compared with what
-would be applied, and status is written only when it differs.
+would be applied, and status is written only when it differs. The state it decides on is read from the
+cluster (the stable Service and the revisions' Deployments); status only adds timers. It writes only
+objects this server owns: a child name taken by anything else is reported, never taken over.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from ..api import API_VERSION, KIND, InferenceServer
+from ..api.status import PlanInputs
 from ..planner import Defaults, FlagCatalog, LaunchPlan, PlanError, plan
 from ..render import (
     LABEL_REVISION,
@@ -35,15 +38,37 @@ from ..render import (
     vllm_deployment,
 )
 from . import metrics
-from .conditions import build_status, decided_conditions, iso, memory_from_status, refused_conditions
+from .conditions import (
+    TROUBLE_REASONS,
+    Cond,
+    Trouble,
+    build_status,
+    decided_conditions,
+    iso,
+    refused_conditions,
+)
 from .diff import contains
 from .facts import gpu_facts
 from .kube import Kube
 from .observe import observe
-from .rollout import Decision, Desired, Event, FallbackPolicy, decide
+from .ownership import Conflict, conflict_of, owned
+from .pinning import (
+    REPLAN_ANNOTATION,
+    defaults_of,
+    deployment_annotations,
+    describe_change,
+    facts_from_dict,
+    fresh_inputs,
+    pinned,
+)
+from .rollout import Decision, Desired, Event, FallbackPolicy, Observed, decide
+from .state import read_memory
 
 log = logging.getLogger("inference_operator.reconcile")
 NODE_CACHE_SECONDS = 30.0
+CONFLICT_RECHECK_SECONDS = 30.0
+QUEUED_RECHECK_SECONDS = 5.0
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
 def utcnow() -> datetime:
@@ -57,6 +82,8 @@ class Context:
     defaults: Defaults
     clock: Callable[[], datetime] = utcnow
     instance: str = field(default_factory=socket.gethostname)
+    max_concurrent_rollouts: int = 0  # 0: no bound
+    rollouts: set[tuple[str, str]] = field(default_factory=set)  # servers with a model switch in progress
     _nodes: list[dict[str, Any]] = field(default_factory=list)
     _nodes_at: float = -1e9
 
@@ -73,6 +100,37 @@ class Context:
         return self._nodes
 
 
+@dataclass(frozen=True)
+class Children:
+    """This server's children as listed by its label, keeping only what it owns; and its Service's endpoints."""
+
+    deployments: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    services: dict[str, dict[str, Any]]
+    claims: dict[str, dict[str, Any]]
+    budgets: dict[str, dict[str, Any]]
+    slices: list[dict[str, Any]]
+
+
+async def read_children(ctx: Context, namespace: str, name: str, uid: str) -> Children:
+    kube, labels = ctx.kube, {LABEL_SERVER: name}
+
+    def mine(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [o for o in objs if owned(o, uid)]
+
+    def by_name(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {o["metadata"]["name"]: o for o in mine(objs)}
+
+    return Children(
+        deployments=mine(await kube.list("apps/v1", "Deployment", namespace, labels)),
+        pods=await kube.list("v1", "Pod", namespace, labels),
+        services=by_name(await kube.list("v1", "Service", namespace, labels)),
+        claims=by_name(await kube.list("v1", "PersistentVolumeClaim", namespace, labels)),
+        budgets=by_name(await kube.list("policy/v1", "PodDisruptionBudget", namespace, labels)),
+        slices=await kube.list("discovery.k8s.io/v1", "EndpointSlice", namespace, {SERVICE_NAME_LABEL: name}),
+    )
+
+
 def endpoint(server: InferenceServer) -> str:
     meta = server.metadata
     return f"http://{meta.name}.{meta.namespace}.svc.cluster.local:{server.spec.service.port}/v1"
@@ -82,42 +140,102 @@ def _describe(err: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
 
 
+@dataclass(frozen=True)
+class Planned:
+    launch: LaunchPlan
+    inputs: PlanInputs
+    revision: str  # the revision to serve: the plan's, or the one pinned for this generation
+    render_revision: bool  # whether that revision's pods are rendered by this operator from the plan
+    outdated: str | None  # what a re-plan would change
+
+
+def _plan_server(
+    ctx: Context, server: InferenceServer, status: dict[str, Any], children: Children, nodes: list[dict[str, Any]]
+) -> Planned:
+    """The plan of this generation: from the recorded inputs when there are some, else from today's facts."""
+    spec, meta = server.spec, server.metadata
+    generation = int(meta.generation or 0)
+    token = meta.annotations.get(REPLAN_ANNOTATION)
+    node_selector = spec.scheduling.node_selector if spec.scheduling else {}
+    facts = gpu_facts(nodes, node_selector, spec.resources.gpu_resource_name)
+    today = fresh_inputs(generation, facts, ctx.defaults, token)
+    recorded, pinned_revision = pinned(status, children.deployments, generation, token)
+    inputs = recorded or today
+    launch = plan(server, ctx.catalog, facts_from_dict(inputs.facts), defaults_of(inputs))
+    rev = revision(launch)
+    outdated = None
+    if recorded is not None and recorded != today:
+        try:
+            replanned = plan(server, ctx.catalog, facts, ctx.defaults)
+        except PlanError as err:
+            outdated = f"a re-plan with the cluster of today would be refused: {err}"
+        else:
+            outdated = describe_change(launch, replanned)
+    if recorded is not None and pinned_revision is not None and pinned_revision != rev:
+        # This operator renders the pods of this generation differently than the one that started them: keep
+        # serving what runs, and say so, rather than roll every server out on an operator upgrade.
+        outdated = (
+            f"this version of the operator renders the pods as revision {rev}, not {pinned_revision}; "
+            f"annotate the server with {REPLAN_ANNOTATION}=<a new value> or change its spec to roll it out"
+        )
+        return Planned(launch, inputs, pinned_revision, render_revision=False, outdated=outdated)
+    return Planned(launch, inputs, rev, render_revision=True, outdated=outdated)
+
+
 async def reconcile(ctx: Context, namespace: str, name: str) -> float | None:
     """Bring one server's children and status in line; return when to look again (seconds), if ever."""
     obj = await ctx.kube.get(API_VERSION, KIND, namespace, name)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
+        ctx.rollouts.discard((namespace, name))
         return None
     now = ctx.clock()
-    previous: dict[str, Any] = obj.get("status") or {}
+    raw_status = obj.get("status")
+    previous: dict[str, Any] = raw_status if isinstance(raw_status, dict) else {}
     generation = int(obj["metadata"].get("generation") or 0)
     try:
-        server = InferenceServer.model_validate(obj)
+        # Only what the user declares is input; status is the operator's cache and is read part by part.
+        server = InferenceServer.model_validate({k: obj.get(k) for k in ("apiVersion", "kind", "metadata", "spec")})
     except ValidationError as err:
-        await _refuse(ctx, obj, previous, generation, "InvalidSpec", _describe(err), now)
+        await _refuse(ctx, obj, previous, generation, "InvalidSpec", _describe(err), now, serving=False)
         return None
-    node_selector = server.spec.scheduling.node_selector if server.spec.scheduling else {}
-    facts = gpu_facts(await ctx.nodes(), node_selector, server.spec.resources.gpu_resource_name)
+    uid = obj["metadata"]["uid"]
+    children = await read_children(ctx, namespace, name, uid)
+    serving_now = name in children.services
     try:
-        launch = plan(server, ctx.catalog, facts, ctx.defaults)
+        planned = _plan_server(ctx, server, previous, children, await ctx.nodes())
     except PlanError as err:
-        await _refuse(ctx, obj, previous, generation, "PlanRefused", str(err), now)
+        reason = getattr(err, "reason", None) or "PlanRefused"
+        await _refuse(ctx, obj, previous, generation, reason, str(err), now, serving=serving_now)
         return None
 
-    rev = revision(launch)
-    owner = Owner(name=name, uid=obj["metadata"]["uid"])
-    deployments = await ctx.kube.list("apps/v1", "Deployment", namespace, {LABEL_SERVER: name})
-    pods = await ctx.kube.list("v1", "Pod", namespace, {LABEL_SERVER: name})
-    observed = observe(deployments, pods, server.spec.resources.gpu_resource_name)
-    memory = memory_from_status(previous)
-    decision = decide(_desired(server, rev), observed, memory, now)
+    launch, rev = planned.launch, planned.revision
+    owner = Owner(name=name, uid=uid)
+    memory = read_memory(
+        previous, children.services.get(name), children.deployments, rev, server.spec.rollout.strategy, now
+    )
+    observed = observe(children.deployments, children.pods, server.spec.resources.gpu_resource_name, children.slices)
+    desired = _desired(server, rev)
+    queued = _queued(ctx, (namespace, name), memory.active_revision, memory.rollout.in_progress, rev)
+    if queued:
+        assert memory.active_revision is not None
+        desired = _desired(server, memory.active_revision)
+    decision = decide(desired, observed, memory, now)
+    _track_rollout(ctx, (namespace, name), decision)
 
-    await _apply_children(ctx, launch, rev, owner, decision, deployments)
+    conflict = await _apply_children(ctx, launch, planned, owner, decision, children)
+    if conflict is not None:
+        await _refuse(ctx, obj, previous, generation, "ChildConflict", conflict.message, now, serving=serving_now)
+        return CONFLICT_RECHECK_SECONDS
 
     serving = decision.revision
     replicas = decision.deployments.get(serving, 0) if decision.backend == "vllm" else None
     ready_obs = observed.revisions.get(serving)
     ready = ready_obs.ready if ready_obs else 0
-    conds = decided_conditions(decision, rev, server.spec.replicas, ready)
+    conds = decided_conditions(
+        decision, rev, server.spec.replicas, ready, _trouble(observed, decision, rev), planned.outdated
+    )
+    if queued:
+        conds = _queued_conditions(conds, rev, ctx.max_concurrent_rollouts)
     status = build_status(
         previous=previous,
         generation=generation,
@@ -126,14 +244,74 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> float | None:
         endpoint=endpoint(server),
         plan=launch,
         memory=decision.memory,
+        plan_inputs=planned.inputs.model_dump(by_alias=True, exclude_none=True),
         replicas=replicas if replicas is not None else server.spec.replicas,
         ready=ready if decision.backend == "vllm" else 0,
     )
     await _write_status(ctx, obj, previous, status)
-    for event in decision.events:
+    for event in (*decision.events, *_condition_events(previous, status)):
         await _post_event(ctx, obj, event, now)
         _count(event, decision, now)
+    if queued:
+        return min(decision.requeue_after or QUEUED_RECHECK_SECONDS, QUEUED_RECHECK_SECONDS)
     return decision.requeue_after
+
+
+def _queued(ctx: Context, key: tuple[str, str], active: str | None, in_progress: bool, target: str) -> bool:
+    """A model switch waits while --max-concurrent-rollouts others run (each may need twice its GPUs)."""
+    if ctx.max_concurrent_rollouts <= 0 or active is None or active == target or in_progress:
+        return False
+    return len(ctx.rollouts - {key}) >= ctx.max_concurrent_rollouts
+
+
+def _track_rollout(ctx: Context, key: tuple[str, str], decision: Decision) -> None:
+    if decision.memory.rollout.in_progress and decision.memory.active_revision is not None:
+        ctx.rollouts.add(key)
+    else:
+        ctx.rollouts.discard(key)
+
+
+def _queued_conditions(conds: list[Cond], target: str, limit: int) -> list[Cond]:
+    message = f"revision {target} waits: {limit} other model switches are in progress (--max-concurrent-rollouts)"
+    return [
+        Cond("Reconciling", True, "RolloutQueued", message)
+        if c.type == "Reconciling"
+        else Cond("Ready", False, "RolloutQueued", message)
+        if c.type == "Ready"
+        else c
+        for c in conds
+    ]
+
+
+def _trouble(observed: Observed, decision: Decision, desired_revision: str) -> Trouble | None:
+    """Why the revision that matters now (the rollout's target, else the serving one) cannot serve."""
+    rollout = decision.memory.rollout
+    rev = rollout.to_revision if rollout.in_progress else (decision.memory.active_revision or desired_revision)
+    obs = observed.revisions.get(rev or "")
+    if obs is None:
+        return None
+    if obs.failure:
+        return Trouble(obs.failure_reason or "PodFailed", f"revision {rev}: {obs.failure}")
+    if obs.unschedulable:
+        return Trouble("Unschedulable", f"revision {rev}: {obs.unschedulable}")
+    return None
+
+
+def _condition_events(previous: dict[str, Any], status: dict[str, Any]) -> list[Event]:
+    """A Warning Event when the Ready condition first names a trouble, and a Normal one for a possible re-plan."""
+
+    def cond(st: dict[str, Any], kind: str) -> dict[str, Any]:
+        return next((c for c in st.get("conditions") or [] if isinstance(c, dict) and c.get("type") == kind), {})
+
+    events = []
+    ready, before = cond(status, "Ready"), cond(previous, "Ready")
+    reason = ready.get("reason")
+    if reason in TROUBLE_REASONS and (before.get("reason"), before.get("message")) != (reason, ready.get("message")):
+        events.append(Event("Warning", str(reason), str(ready.get("message", ""))))
+    outdated, was = cond(status, "PlanOutdated"), cond(previous, "PlanOutdated")
+    if outdated.get("status") == "True" and was.get("message") != outdated.get("message"):
+        events.append(Event("Normal", "ReplanAvailable", str(outdated.get("message", ""))))
+    return events
 
 
 def _desired(server: InferenceServer, rev: str) -> Desired:
@@ -151,59 +329,96 @@ def _desired(server: InferenceServer, rev: str) -> Desired:
         strategy=server.spec.rollout.strategy,
         timeout=float(server.spec.rollout.timeout_seconds),
         fallback=policy,
+        drain_seconds=float(server.spec.rollout.drain_seconds),
     )
 
 
-async def _ensure(ctx: Context, desired: dict[str, Any], live: dict[str, Any] | None) -> None:
-    if live is not None and contains(live, desired):
-        return
-    await ctx.kube.apply(desired)
+def _revision_of(dep: dict[str, Any]) -> str | None:
+    labels = dep["metadata"].get("labels") or {}
+    return labels.get(LABEL_REVISION) if labels.get(LABEL_ROLE) == ROLE_VLLM else None
+
+
+class _Writer:
+    """Writes children only where this server owns them; the first name held by something else stops it."""
+
+    def __init__(self, ctx: Context, uid: str) -> None:
+        self.ctx, self.uid = ctx, uid
+
+    async def ensure(self, desired: dict[str, Any], live: dict[str, Any] | None) -> Conflict | None:
+        if live is not None:
+            if not contains(live, desired):
+                await self.ctx.kube.apply(desired)
+            return None
+        meta = desired["metadata"]
+        # Not among this server's own children: a fresh read says whether the name is free.
+        found = await self.ctx.kube.get(desired["apiVersion"], desired["kind"], meta["namespace"], meta["name"])
+        if found is not None and not owned(found, self.uid):
+            return conflict_of(found)
+        if found is None or not contains(found, desired):
+            await self.ctx.kube.apply(desired)
+        return None
 
 
 async def _apply_children(
-    ctx: Context,
-    launch: LaunchPlan,
-    rev: str,
-    owner: Owner,
-    decision: Decision,
-    deployments: list[dict[str, Any]],
-) -> None:
+    ctx: Context, launch: LaunchPlan, planned: Planned, owner: Owner, decision: Decision, children: Children
+) -> Conflict | None:
     kube, ns = ctx.kube, launch.namespace
-    live_by_name = {d["metadata"]["name"]: d for d in deployments}
-    services = {s["metadata"]["name"]: s for s in await kube.list("v1", "Service", ns, {LABEL_SERVER: launch.name})}
+    writer = _Writer(ctx, owner.uid)
+    live_by_name = {d["metadata"]["name"]: d for d in children.deployments}
+    rev = planned.revision
 
     pvc = cache_pvc(launch, owner)
     if pvc is not None:
-        live = await kube.get("v1", "PersistentVolumeClaim", ns, pvc["metadata"]["name"])
-        try:
-            await _ensure(ctx, pvc, live)
-        except ApiException as err:
-            if err.status not in (409, 422):
-                raise
-            log.warning("model cache claim %s/%s not updated: %s", ns, pvc["metadata"]["name"], err.reason)
+        claim = pvc["metadata"]["name"]
+        found = children.claims.get(claim)
+        if found is None:
+            found = await kube.get("v1", "PersistentVolumeClaim", ns, claim)
+        if found is None or owned(found, owner.uid):
+            try:
+                await writer.ensure(pvc, found)
+            except ApiException as err:
+                if err.status not in (409, 422):
+                    raise
+                log.warning("model cache claim %s/%s not updated: %s", ns, claim, err.reason)
+        # A claim of that name made by anyone else is mounted as it is and never written or owned.
 
     # New revision first, then the Service, then the old revisions: traffic moves before pods go.
     if rev in decision.deployments:
-        desired = vllm_deployment(launch, rev, owner, replicas=decision.deployments[rev])
-        await _ensure(ctx, desired, live_by_name.get(desired["metadata"]["name"]))
+        live = next((d for d in children.deployments if _revision_of(d) == rev), None)
+        if planned.render_revision:
+            annotations = deployment_annotations(planned.inputs)
+            desired = vllm_deployment(launch, rev, owner, replicas=decision.deployments[rev], annotations=annotations)
+            conflict = await writer.ensure(desired, live_by_name.get(desired["metadata"]["name"]))
+            if conflict is not None:
+                return conflict
+        elif live is not None and int((live.get("spec") or {}).get("replicas") or 0) != decision.deployments[rev]:
+            await kube.scale(ns, live["metadata"]["name"], decision.deployments[rev])
 
     if launch.ollama is not None:
         ollama_dep, ollama_svc = ollama_objects(launch, owner, decision.ollama_replicas)
-        await _ensure(ctx, ollama_dep, live_by_name.get(ollama_dep["metadata"]["name"]))
-        await _ensure(ctx, ollama_svc, services.get(ollama_svc["metadata"]["name"]))
+        for desired, live in (
+            (ollama_dep, live_by_name.get(ollama_dep["metadata"]["name"])),
+            (ollama_svc, children.services.get(ollama_svc["metadata"]["name"])),
+        ):
+            conflict = await writer.ensure(desired, live)
+            if conflict is not None:
+                return conflict
     else:
         if ollama_name(launch) in live_by_name:
             await kube.delete("apps/v1", "Deployment", ns, ollama_name(launch))
-        if ollama_name(launch) in services:
+        if ollama_name(launch) in children.services:
             await kube.delete("v1", "Service", ns, ollama_name(launch))
 
-    service = stable_service(launch, Target(decision.backend, decision.revision), owner)
-    await _ensure(ctx, service, services.get(launch.name))
+    rollout = decision.memory.rollout
+    rolled_back = rollout.to_revision if rollout.result in ("RolledBack", "Failed") else None
+    target = Target(decision.backend, decision.revision, decision.memory.active_revision, rolled_back)
+    conflict = await writer.ensure(stable_service(launch, target, owner), children.services.get(launch.name))
+    if conflict is not None:
+        return conflict
 
-    for dep in deployments:
-        labels = dep["metadata"].get("labels") or {}
-        old = labels.get(LABEL_REVISION)
-        if labels.get(LABEL_ROLE) != ROLE_VLLM or old is None or (old == rev and rev in decision.deployments):
+    for dep in children.deployments:
+        old = _revision_of(dep)
+        if old is None or (old == rev and rev in decision.deployments):
             continue
         if old in decision.deployments:
             wanted = decision.deployments[old]
@@ -213,7 +428,7 @@ async def _apply_children(
             await kube.delete("apps/v1", "Deployment", ns, dep["metadata"]["name"])
 
     budget = pdb(launch, owner)
-    await _ensure(ctx, budget, await kube.get("policy/v1", "PodDisruptionBudget", ns, budget["metadata"]["name"]))
+    return await writer.ensure(budget, children.budgets.get(budget["metadata"]["name"]))
 
 
 async def _write_status(ctx: Context, obj: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> None:
@@ -239,9 +454,10 @@ async def _refuse(
     reason: str,
     message: str,
     now: datetime,
+    *,
+    serving: bool,
 ) -> None:
     """Stalled: the spec cannot be served. Children stay as they are, so a serving revision keeps serving."""
-    serving = previous.get("activeRevision") is not None
     conds = refused_conditions(message, reason, serving)
     status = build_status(
         previous=previous,
@@ -254,7 +470,9 @@ async def _refuse(
         replicas=previous.get("replicas"),
         ready=previous.get("readyReplicas"),
     )
-    before: dict[str, Any] = next((c for c in previous.get("conditions") or [] if c.get("type") == "Stalled"), {})
+    before: dict[str, Any] = next(
+        (c for c in previous.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Stalled"), {}
+    )
     await _write_status(ctx, obj, previous, status)
     if before.get("status") != "True" or before.get("message") != message:
         await _post_event(ctx, obj, Event("Warning", reason, message), now)
@@ -294,12 +512,12 @@ def _count(event: Event, decision: Decision, now: datetime) -> None:
     rollout = decision.memory.rollout
     if event.reason in ("RolloutSucceeded", "RolloutRolledBack", "RolloutFailed"):
         metrics.ROLLOUTS.labels(rollout.strategy or "", rollout.result or "").inc()
-        if rollout.start is not None:
-            metrics.ROLLOUT_SECONDS.observe((now - rollout.start).total_seconds())
+        if rollout.start_time is not None:
+            metrics.ROLLOUT_SECONDS.observe((now - rollout.start_time).total_seconds())
     elif event.reason == "FallbackActivated":
         metrics.FAILOVERS.labels("ollama").inc()
     elif event.reason == "FallbackRecovered":
         metrics.FAILOVERS.labels("vllm").inc()
 
 
-__all__ = ["Context", "reconcile"]
+__all__ = ["Children", "Context", "read_children", "reconcile"]

@@ -24,6 +24,16 @@ LABEL_REVISION = "inference-operator.dev/revision"
 LABEL_ROLE = "inference-operator.dev/role"
 ANNOTATION_BACKEND = "inference-operator.dev/backend"
 ANNOTATION_REVISION = "inference-operator.dev/revision"
+# The vLLM revision the server stands on, also while Ollama serves: the Service carries it, so that the
+# cluster, not status, tells a restarted operator what to fall back from and return to.
+ANNOTATION_ACTIVE_REVISION = "inference-operator.dev/active-revision"
+# The revision a failed rollout rolled back from: not retried until the spec changes, even if status is lost.
+ANNOTATION_ROLLED_BACK = "inference-operator.dev/rolled-back-revision"
+ANNOTATION_GENERATION = "inference-operator.dev/generation"
+ANNOTATION_PLAN_INPUTS = "inference-operator.dev/plan-inputs"
+# On a retained claim, which has no owner reference: the uid of the server that created it. Only that server
+# writes it; a claim of the same name made by anyone else is used as it is.
+ANNOTATION_CREATED_FOR = "inference-operator.dev/created-for"
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("inference_operator.render", "templates"),
@@ -57,6 +67,8 @@ class Target:
 
     backend: Literal["vllm", "ollama"]
     revision: str | None = None
+    active: str | None = None  # the vLLM revision the server stands on; "" is written for none yet
+    rolled_back: str | None = None  # the revision the last rollout gave up on
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: parsing dominates rendering
@@ -164,9 +176,16 @@ def vllm_pod_template(plan: LaunchPlan, revision: str) -> dict[str, Any]:
         resources=_vllm_resources(plan),
         cache_mount=CACHE_MOUNT,
         startup_failure_threshold=max(1, math.ceil(plan.startup_seconds / 10)),
+        drain_seconds=plan.spec.rollout.drain_seconds,
+        termination_grace=termination_grace_seconds(plan),
         shared_memory=str(plan.spec.resources.shared_memory),
         cache_claim=cache_claim_name(plan),
     )
+
+
+def termination_grace_seconds(plan: LaunchPlan) -> int:
+    """The preStop drain, then time for the requests and streams in flight to finish after SIGTERM."""
+    return plan.spec.rollout.drain_seconds + plan.spec.rollout.stream_grace_seconds
 
 
 def revision(plan: LaunchPlan) -> str:
@@ -177,7 +196,11 @@ def revision(plan: LaunchPlan) -> str:
 
 
 def vllm_deployment(
-    plan: LaunchPlan, revision_id: str, owner: Owner | None, replicas: int | None = None
+    plan: LaunchPlan,
+    revision_id: str,
+    owner: Owner | None,
+    replicas: int | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     labels = {**common_labels(plan, ROLE_VLLM), LABEL_REVISION: revision_id}
     deployment = _render(
@@ -193,6 +216,8 @@ def vllm_deployment(
         selector={LABEL_SERVER: plan.name, LABEL_ROLE: ROLE_VLLM, LABEL_REVISION: revision_id},
     )
     deployment["spec"]["template"] = vllm_pod_template(plan, revision_id)
+    if annotations:
+        deployment["metadata"]["annotations"].update(annotations)
     return deployment
 
 
@@ -208,6 +233,8 @@ def stable_service(plan: LaunchPlan, target: Target, owner: Owner | None) -> dic
     annotations = {**service.annotations, ANNOTATION_BACKEND: target.backend}
     if target.revision and target.backend == ROLE_VLLM:
         annotations[ANNOTATION_REVISION] = target.revision
+    annotations[ANNOTATION_ACTIVE_REVISION] = target.active or ""
+    annotations[ANNOTATION_ROLLED_BACK] = target.rolled_back or ""
     labels = {k: v for k, v in common_labels(plan, ROLE_VLLM).items() if k != LABEL_ROLE}
     labels["app.kubernetes.io/component"] = "endpoint"
     return _render(
@@ -257,6 +284,8 @@ def ollama_objects(plan: LaunchPlan, owner: Owner | None, replicas: int) -> list
         image=ollama.image,
         port=SERVING_PORT,
         resources={"requests": requests, "limits": limits},
+        drain_seconds=plan.spec.rollout.drain_seconds,
+        termination_grace=termination_grace_seconds(plan),
     )
     service = _render(
         "service.yaml.j2",
@@ -285,6 +314,7 @@ def cache_pvc(plan: LaunchPlan, owner: Owner | None) -> dict[str, Any] | None:
         namespace=plan.namespace,
         labels=labels,
         owner=owner.reference() if owner and not cache.retain else None,
+        annotations={ANNOTATION_CREATED_FOR: owner.uid} if owner else {},
         access_mode=cache.access_mode,
         storage_class=cache.storage_class_name,
         size=str(cache.size),

@@ -231,5 +231,7 @@ def test_status_keeps_transition_times_while_conditions_hold_and_round_trips_mem
         "metadata": {"name": "s", "annotations": {"inference-operator.dev/active-revision": "a"}},
         "spec": {"selector": {"inference-operator.dev/role": "vllm", "inference-operator.dev/revision": "a"}},
     }
-    deployment = {"metadata": {"labels": {"inference-operator.dev/role": "vllm", "inference-operator.dev/revision": "a"}}}
+    deployment = {
+        "metadata": {"labels": {"inference-operator.dev/role": "vllm", "inference-operator.dev/revision": "a"}}
+    }
     assert read_memory(second, service, [deployment], "a", "Auto", NOW) == mem

@@ -129,7 +129,8 @@ def check(world: World, before: World, d: Decision, desired: Desired, intact: De
         assert d.deployments.get(before.serving, 0) >= min(before.replicas.get(before.serving, 0), desired.replicas)
     # A ready vLLM is never swapped for an unready Ollama.
     if before.serving not in (None, OLLAMA) and before.backend_ready(before.serving) and d.backend == "ollama":
-        assert world.ollama_ready and world.ollama_replicas > 0, d
+        assert world.ollama_ready, d
+        assert world.ollama_replicas > 0, d
     # Lost status never moves traffic where the intact status would not have, except to a ready backend.
     if intact is not None and d.serving not in (before.serving, intact.serving):
         assert d.serving_ready, (d, intact)
@@ -179,7 +180,10 @@ def test_random_walks_keep_the_safety_invariants(
         world.short = {r for r in world.replicas if world.ready.get(r, 0) == 0 and data.draw(st.booleans())}
         world.ollama_ready = world.ollama_replicas > 0 and data.draw(st.integers(0, 3)) > 0
         if data.draw(st.booleans()):  # the EndpointSlices catch up with the Service, or lag a step
-            world.endpoints = frozenset({world.serving}) if world.backend_ready(world.serving) else frozenset()
+            serving = world.serving
+            world.endpoints = (
+                frozenset({serving}) if serving is not None and world.backend_ready(serving) else frozenset()
+            )
         now += timedelta(seconds=data.draw(st.sampled_from([0, 1, 5, 20, 100, 700])))
         lost = data.draw(st.integers(0, 7)) == 0
         desired = Desired(

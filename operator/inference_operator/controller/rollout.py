@@ -231,11 +231,13 @@ def decide(desired: Desired, observed: Observed, memory: Memory, now: datetime) 
     active = memory.active_revision
     mem = memory
     n = desired.replicas
-    if active is None and memory.serving not in (None, OLLAMA, target):
+    first_answers = memory.serving not in (None, OLLAMA, target) and _any_ready(
+        observed.revisions.get(memory.serving or "")
+    )
+    if active is None and first_answers:
         # The first revision never became fully ready, but it answers: it serves until the next one is ready.
-        if _any_ready(observed.revisions.get(memory.serving or "")):
-            active = memory.serving
-            mem = b.m = replace(mem, active_revision=active, backend="vllm")
+        active = memory.serving
+        mem = b.m = replace(mem, active_revision=active, backend="vllm")
 
     # A revision the spec asks for again after it failed is not retried until the spec changes.
     failed_before = (

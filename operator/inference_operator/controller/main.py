@@ -9,7 +9,7 @@ import logging
 import socket
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 import kopf
@@ -136,26 +136,30 @@ async def serve(options: Options) -> int:
     # endpoint would only start after the Lease is won).
     health = await serve_health(options.health_address, elector.liveness_problem if elector else lambda: None)
     tasks: list[asyncio.Task[None]] = []
+    if elector is not None:
+        await elector.acquire()
+        tasks.append(asyncio.create_task(elector.keep(lost)))
+    else:
+        metrics.LEADER.set(1)
+
+    ctx = Context(
+        kube=kube,
+        catalog=load_flag_catalog(),
+        defaults=Defaults(vllm_image=options.vllm_image, ollama_image=options.ollama_image),
+        instance=identity,
+    )
+    scheduler = Scheduler(lambda ns, name: reconcile(ctx, ns, name))
+    tasks.append(asyncio.create_task(resync_forever(scheduler, options.resync_seconds)))
     try:
-        if elector is not None:
-            await elector.acquire()
-            tasks.append(asyncio.create_task(elector.keep(lost)))
-        else:
-            metrics.LEADER.set(1)
-
-        ctx = Context(
-            kube=kube,
-            catalog=load_flag_catalog(),
-            defaults=Defaults(vllm_image=options.vllm_image, ollama_image=options.ollama_image),
-            instance=identity,
+        await cancel_on(
+            lost,
+            kopf.operator(
+                registry=registry_for(scheduler, options),
+                standalone=True,
+                clusterwide=not options.namespaces,
+                namespaces=list(options.namespaces),
+            ),
         )
-
-        async def work(namespace: str, name: str) -> float | None:
-            return None if lost.is_set() else await reconcile(ctx, namespace, name)
-
-        scheduler = Scheduler(work)
-        tasks.append(asyncio.create_task(resync_forever(scheduler, options.resync_seconds)))
-        await _operate(scheduler, options, lost)
     finally:
         for task in tasks:
             task.cancel()
@@ -167,28 +171,21 @@ async def serve(options: Options) -> int:
     return 1 if lost.is_set() else 0
 
 
-async def _operate(scheduler: Scheduler, options: Options, lost: asyncio.Event) -> None:
-    """Run kopf until it stops (a signal) or leadership is lost; on a loss, cancel all work at once
-    rather than let kopf wait for in-flight reconciles as it does on a graceful stop."""
+async def cancel_on(lost: asyncio.Event, operator: Coroutine[Any, Any, None]) -> None:
+    """Run kopf until it stops by itself (a signal) or `lost` is set. On a loss kopf is cancelled, not
+    stopped gracefully, which would let in-flight reconciles of a deposed leader go on for seconds."""
     lost_waiter = asyncio.create_task(lost.wait())
-    operator = asyncio.create_task(
-        kopf.operator(
-            registry=registry_for(scheduler, options),
-            standalone=True,
-            clusterwide=not options.namespaces,
-            namespaces=list(options.namespaces),
-        )
-    )
+    running = asyncio.create_task(operator)
     try:
-        await asyncio.wait({operator, lost_waiter}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({running, lost_waiter}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         lost_waiter.cancel()
-        if not operator.done():
-            operator.cancel()
+        if not running.done():
+            running.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await operator
+                await running
     if not lost.is_set():
-        operator.result()
+        running.result()
 
 
 def run(args: argparse.Namespace) -> int:

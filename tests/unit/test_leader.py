@@ -12,6 +12,7 @@ import pytest
 from inference_operator.controller import metrics
 from inference_operator.controller.kube import Kube
 from inference_operator.controller.leader import LeaseElector, LeaseTiming
+from inference_operator.controller.main import cancel_on
 from tests.support.kmock_api import kube_on, serve_replace, store
 
 LEASES = "coordination.k8s.io/v1/leases"
@@ -211,3 +212,35 @@ async def test_liveness_fails_when_the_api_server_stops_answering(kube: Kube, km
 def test_timing_that_would_let_two_replicas_act_is_refused(duration: float, deadline: float, retry: float) -> None:
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
         LeaseTiming(duration, deadline, retry)
+
+
+async def test_a_lost_lease_cancels_the_running_operator_at_once() -> None:
+    lost, started, cancelled = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def operator() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()  # kopf runs until told otherwise
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    running = asyncio.create_task(cancel_on(lost, operator()))
+    await started.wait()
+    lost.set()
+    await running  # returns: a loss is an orderly end of serving, reported by serve()'s exit code
+    assert cancelled.is_set()
+
+
+async def test_an_operator_that_stops_by_itself_or_fails_is_not_a_loss() -> None:
+    async def stops() -> None:
+        return None
+
+    async def fails() -> None:
+        raise RuntimeError("watch failed")
+
+    lost = asyncio.Event()
+    await cancel_on(lost, stops())
+    with pytest.raises(RuntimeError, match="watch failed"):
+        await cancel_on(lost, fails())
+    assert not lost.is_set()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,37 +14,13 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.api_client import ApiClient
 
 from tests.conftest import ClusterHandle, kubectl
-from tests.support.chart import CHART, helm_binary
+from tests.support.chart import CHART, helm, service_account_kubeconfig
 from tests.support.examples import EXAMPLES
 from tests.support.operator import OperatorProcess, Servers
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 RELEASE = "io-e2e"
-
-
-def helm(cluster: ClusterHandle, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [helm_binary(), "--kubeconfig", str(cluster.kubeconfig), *args],
-        check=True, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-
-
-def service_account_kubeconfig(cluster: ClusterHandle, namespace: str, account: str, path: Path) -> Path:
-    """A kubeconfig that authenticates as the chart's ServiceAccount with a real token (no admin rights)."""
-    token = kubectl(cluster, "create", "token", account, "-n", namespace, "--duration=2h").stdout.strip()
-    admin = yaml.safe_load(cluster.kubeconfig.read_text())
-    cluster_entry = admin["clusters"][0]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster_entry],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": cluster_entry["name"], "user": account}}],
-        "current-context": "sa",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 @pytest.fixture(params=["cluster-wide", "namespaced"])

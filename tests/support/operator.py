@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,16 @@ MERGE = "application/merge-patch+json"
 class OperatorProcess:
     """`inference-operator run` watching one namespace; its metrics are read over HTTP."""
 
-    def __init__(self, kubeconfig: Path, namespace: str | None, log_path: Path, *extra: str) -> None:
+    def __init__(
+        self, kubeconfig: Path, namespace: str | None, log_path: Path, *extra: str, env: dict[str, str] | None = None
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.log_path = log_path
         self.extra = extra
+        self.env = env or {}
         self.metrics_port = free_port()
+        self.health_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -37,12 +42,13 @@ class OperatorProcess:
             "--kubeconfig", str(self.kubeconfig),
             *(["--namespace", self.namespace] if self.namespace else []),
             "--metrics-address", f"127.0.0.1:{self.metrics_port}",
-            "--health-address", f"127.0.0.1:{free_port()}",
+            "--health-address", f"127.0.0.1:{self.health_port}",
             "--log-format", "plain",
             *self.extra,
         ]  # fmt: skip
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+        env = {**os.environ, **self.env}
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
 
     def kill(self) -> None:
@@ -70,6 +76,16 @@ class OperatorProcess:
                 key, _, value = line.rpartition(" ")
                 out[key] = float(value)
         return out
+
+    def health(self, path: str = "/healthz", timeout: float = 5) -> int:
+        """The HTTP status of the liveness endpoint; 0 when it does not answer (refused or timed out)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}{path}", timeout=timeout) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as err:
+            return err.code
+        except OSError:
+            return 0
 
     def writes(self) -> float:
         return sum(v for k, v in self.metrics().items() if k.startswith("inference_operator_api_writes_total"))

@@ -1,5 +1,6 @@
 """The Helm chart: lint, schemas of two Kubernetes minors, least-privilege RBAC, generated files in sync."""
 
+import argparse
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -8,6 +9,8 @@ import kubernetes_validate
 import pytest
 
 from inference_operator.api.reference import reference
+from inference_operator.controller.leader import LeaseTiming
+from inference_operator.controller.options import Options, add_run_arguments
 from inference_operator.planner.inputs import DEFAULT_OLLAMA_IMAGE, DEFAULT_VLLM_IMAGE
 from render_install import KUBE_VERSION, ROOT, install_yaml
 from tests.support.chart import CHART, NAMESPACED_VALUES, helm_binary, rendered
@@ -115,3 +118,28 @@ def test_dockerfile_is_pinned_and_non_root() -> None:
     assert "ARG PYTHON_IMAGE=python:3.11." in text
     assert "latest" not in text
     assert "USER 65532:65532" in text
+
+
+def test_chart_lease_settings_reach_the_operator_and_hold_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    deployment = next(d for d in rendered() if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    for var in container["env"]:
+        monkeypatch.setenv(var["name"], var.get("value") or "ns")
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    options = Options.from_args(parser.parse_args([]))
+    timing = LeaseTiming(options.lease_seconds, options.renew_deadline_seconds, options.retry_period_seconds)
+    assert (timing.duration, timing.renew_deadline, timing.retry_period) == (15, 10, 2)
+    probe = container["livenessProbe"]
+    assert probe["httpGet"]["port"] == "health"
+    assert options.health_address.endswith(":8081")
+
+
+def test_chart_refuses_lease_settings_that_let_two_replicas_act() -> None:
+    result = subprocess.run(
+        [helm_binary(), "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+         "--set", "leaderElection.renewDeadlineSeconds=20"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "retryPeriodSeconds < renewDeadlineSeconds < leaseSeconds" in result.stderr

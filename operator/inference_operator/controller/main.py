@@ -7,8 +7,9 @@ import asyncio
 import contextlib
 import logging
 import socket
+import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 import kopf
@@ -19,8 +20,9 @@ from ..api import GROUP, PLURAL, VERSION
 from ..planner import Defaults, load_flag_catalog
 from ..render import LABEL_SERVER
 from . import metrics
+from .health import serve_health
 from .kube import Kube
-from .leader import LeaseElector
+from .leader import LeaseElector, LeaseTiming
 from .options import Options, add_run_arguments
 from .reconcile import Context, reconcile
 from .scheduler import Scheduler
@@ -120,16 +122,23 @@ async def resync_forever(scheduler: Scheduler, every: float) -> None:
         metrics.RESYNCS.inc()
 
 
+def elector_for(options: Options, kube: Kube, identity: str) -> LeaseElector:
+    namespace = options.leader_election_namespace or (options.namespaces[0] if options.namespaces else "default")
+    timing = LeaseTiming(options.lease_seconds, options.renew_deadline_seconds, options.retry_period_seconds)
+    return LeaseElector(kube, namespace, options.lease_name, identity, timing)
+
+
 async def serve(options: Options) -> int:
     api = await api_client(options)
     kube = Kube(api)
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     lost = asyncio.Event()
-    elector = None
+    elector = elector_for(options, kube, identity) if options.leader_elect else None
+    # /healthz answers from now on, also while this replica waits as a standby (kopf's own liveness
+    # endpoint would only start after the Lease is won).
+    health = await serve_health(options.health_address, elector.liveness_problem if elector else lambda: None)
     tasks: list[asyncio.Task[None]] = []
-    if options.leader_elect:
-        namespace = options.leader_election_namespace or (options.namespaces[0] if options.namespaces else "default")
-        elector = LeaseElector(kube, namespace, options.lease_name, identity, options.lease_seconds)
+    if elector is not None:
         await elector.acquire()
         tasks.append(asyncio.create_task(elector.keep(lost)))
     else:
@@ -144,13 +153,14 @@ async def serve(options: Options) -> int:
     scheduler = Scheduler(lambda ns, name: reconcile(ctx, ns, name))
     tasks.append(asyncio.create_task(resync_forever(scheduler, options.resync_seconds)))
     try:
-        await kopf.operator(
-            registry=registry_for(scheduler, options),
-            standalone=True,
-            clusterwide=not options.namespaces,
-            namespaces=list(options.namespaces),
-            liveness_endpoint=f"http://{options.health_address}/healthz",
-            stop_flag=lost,
+        await cancel_on(
+            lost,
+            kopf.operator(
+                registry=registry_for(scheduler, options),
+                standalone=True,
+                clusterwide=not options.namespaces,
+                namespaces=list(options.namespaces),
+            ),
         )
     finally:
         for task in tasks:
@@ -158,12 +168,35 @@ async def serve(options: Options) -> int:
         if elector is not None and not lost.is_set():
             with contextlib.suppress(Exception):
                 await elector.release()
+        await health.cleanup()
         await api.close()
     return 1 if lost.is_set() else 0
 
 
+async def cancel_on(lost: asyncio.Event, operator: Coroutine[Any, Any, None]) -> None:
+    """Run kopf until it stops by itself (a signal) or `lost` is set. On a loss kopf is cancelled, not
+    stopped gracefully, which would let in-flight reconciles of a deposed leader go on for seconds."""
+    lost_waiter = asyncio.create_task(lost.wait())
+    running = asyncio.create_task(operator)
+    try:
+        await asyncio.wait({running, lost_waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        lost_waiter.cancel()
+        if not running.done():
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+    if not lost.is_set():
+        running.result()
+
+
 def run(args: argparse.Namespace) -> int:
-    options = Options.from_args(args)
+    try:
+        options = Options.from_args(args)
+        LeaseTiming(options.lease_seconds, options.renew_deadline_seconds, options.retry_period_seconds)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     kopf.configure(
         verbose=options.log_level == "debug",
         quiet=options.log_level == "warning",

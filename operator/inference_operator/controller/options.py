@@ -22,6 +22,8 @@ class Options:
     leader_election_namespace: str | None
     lease_name: str
     lease_seconds: float
+    renew_deadline_seconds: float
+    retry_period_seconds: float
     log_format: str
     log_level: str
 
@@ -40,6 +42,8 @@ class Options:
             leader_election_namespace=args.leader_election_namespace,
             lease_name=args.lease_name,
             lease_seconds=args.lease_seconds,
+            renew_deadline_seconds=args.renew_deadline_seconds,
+            retry_period_seconds=args.retry_period_seconds,
             log_format=args.log_format,
             log_level=args.log_level,
         )
@@ -90,6 +94,24 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="namespace of the leader Lease (defaults to the pod's namespace)",
     )
     p.add_argument("--lease-name", default=env("LEASE_NAME", "inference-operator-leader"))
-    p.add_argument("--lease-seconds", type=float, default=float(env("LEASE_SECONDS", "15")))
+    p.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=float(env("LEASE_SECONDS", "15")),
+        help="a standby takes the Lease over after it has seen no renewal for this long [LEASE_SECONDS]",
+    )
+    p.add_argument(
+        "--renew-deadline-seconds",
+        type=float,
+        default=float(env("RENEW_DEADLINE_SECONDS", "10")),
+        help="the leader stops acting when it could not renew the Lease for this long; "
+        "shorter than --lease-seconds [RENEW_DEADLINE_SECONDS]",
+    )
+    p.add_argument(
+        "--retry-period-seconds",
+        type=float,
+        default=float(env("RETRY_PERIOD_SECONDS", "2")),
+        help="how often the leader renews the Lease (a standby looks twice as often) [RETRY_PERIOD_SECONDS]",
+    )
     p.add_argument("--log-format", choices=["json", "plain"], default=env("LOG_FORMAT", "json"))
     p.add_argument("--log-level", choices=["debug", "info", "warning"], default=env("LOG_LEVEL", "info"))

@@ -37,6 +37,7 @@ class World:
     failing: set[str] = field(default_factory=set)
     short: set[str] = field(default_factory=set)
     created: dict[str, datetime] = field(default_factory=dict)
+    rollout_start: dict[str, datetime] = field(default_factory=dict)
     ollama_replicas: int = 0
     ollama_ready: bool = False
     serving: str | None = None  # what the stable Service selects
@@ -85,6 +86,11 @@ class World:
                 "metadata": {
                     "labels": {"inference-operator.dev/role": "vllm", "inference-operator.dev/revision": r},
                     "creationTimestamp": self.created[r].strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "annotations": {
+                        "inference-operator.dev/rollout-start": self.rollout_start[r].strftime("%Y-%m-%dT%H:%M:%SZ")
+                    }
+                    if r in self.rollout_start
+                    else {},
                 },
                 "spec": {"replicas": n},
             }
@@ -100,10 +106,12 @@ class World:
             if r not in self.replicas:
                 self.created[r] = now
             self.replicas[r] = n
+        rollout = d.memory.rollout
+        if rollout.in_progress and rollout.to_revision in d.deployments and rollout.start_time is not None:
+            self.rollout_start[rollout.to_revision] = rollout.start_time  # as the reconcile annotates it
         self.ollama_replicas = d.ollama_replicas
         self.serving = d.serving
         self.active_annotation = d.memory.active_revision
-        rollout = d.memory.rollout
         self.rolled_back = rollout.to_revision if rollout.result in ("RolledBack", "Failed") else None
 
 
@@ -146,6 +154,7 @@ def snapshot(world: World) -> World:
         failing=set(world.failing),
         short=set(world.short),
         created=dict(world.created),
+        rollout_start=dict(world.rollout_start),
         ollama_replicas=world.ollama_replicas,
         ollama_ready=world.ollama_ready,
         serving=world.serving,

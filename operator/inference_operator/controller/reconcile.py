@@ -20,9 +20,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from ..api import API_VERSION, KIND, InferenceServer
-from ..api.status import PlanInputs
+from ..api.status import PlanInputs, format_time
 from ..planner import Defaults, FlagCatalog, LaunchPlan, PlanError, plan
 from ..render import (
+    ANNOTATION_ROLLOUT_START,
     LABEL_REVISION,
     LABEL_ROLE,
     LABEL_SERVER,
@@ -387,6 +388,9 @@ async def _apply_children(
         live = next((d for d in children.deployments if _revision_of(d) == rev), None)
         if planned.render_revision:
             annotations = deployment_annotations(planned.inputs)
+            rollout = decision.memory.rollout
+            if rollout.in_progress and rollout.to_revision == rev and rollout.start_time is not None:
+                annotations[ANNOTATION_ROLLOUT_START] = format_time(rollout.start_time)
             desired = vllm_deployment(launch, rev, owner, replicas=decision.deployments[rev], annotations=annotations)
             conflict = await writer.ensure(desired, live_by_name.get(desired["metadata"]["name"]))
             if conflict is not None:

@@ -17,6 +17,7 @@ from ..api.status import DrainStatus, RolloutStatus, read_status_part
 from ..render import (
     ANNOTATION_ACTIVE_REVISION,
     ANNOTATION_ROLLED_BACK,
+    ANNOTATION_ROLLOUT_START,
     LABEL_REVISION,
     LABEL_ROLE,
     ROLE_OLLAMA,
@@ -50,6 +51,14 @@ def _revision_deployments(deployments: list[dict[str, Any]]) -> dict[str, dict[s
         if labels.get(LABEL_ROLE) == ROLE_VLLM and labels.get(LABEL_REVISION):
             out[labels[LABEL_REVISION]] = dep
     return out
+
+
+def _rollout_start(dep: dict[str, Any]) -> datetime | None:
+    """When the rollout to this revision started; a Deployment kept from an earlier rollout is older than that."""
+    meta = dep["metadata"]
+    return parse_time((meta.get("annotations") or {}).get(ANNOTATION_ROLLOUT_START)) or parse_time(
+        meta.get("creationTimestamp")
+    )
 
 
 def read_memory(
@@ -108,7 +117,7 @@ def read_memory(
                 strategy=strategy,
                 from_revision=active,
                 to_revision=desired_revision,
-                start_time=parse_time(target["metadata"].get("creationTimestamp")) or now,
+                start_time=_rollout_start(target) or now,
                 result="InProgress",
             )
     return Memory(

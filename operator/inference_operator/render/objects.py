@@ -29,6 +29,8 @@ ANNOTATION_REVISION = "inference-operator.dev/revision"
 ANNOTATION_ACTIVE_REVISION = "inference-operator.dev/active-revision"
 # The revision a failed rollout rolled back from: not retried until the spec changes, even if status is lost.
 ANNOTATION_ROLLED_BACK = "inference-operator.dev/rolled-back-revision"
+# When the rollout to a revision started, on its Deployment: a lost status resumes with the same deadline.
+ANNOTATION_ROLLOUT_START = "inference-operator.dev/rollout-start"
 ANNOTATION_GENERATION = "inference-operator.dev/generation"
 ANNOTATION_PLAN_INPUTS = "inference-operator.dev/plan-inputs"
 # On a retained claim, which has no owner reference: the uid of the server that created it. Only that server

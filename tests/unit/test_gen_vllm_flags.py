@@ -4,7 +4,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from gen_vllm_flags import catalog, read_sources, wheel_version
+from gen_vllm_flags import archive_version, catalog, read_sources
 
 ARG_UTILS = """
 import argparse
@@ -61,7 +61,7 @@ def make_wheel(tmp_path: Path) -> Path:
 
 def test_reads_literal_dataclass_and_negated_flags(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path)
-    entry = catalog(read_sources(wheel), wheel_version(wheel))
+    entry = catalog(read_sources(wheel), archive_version(wheel))
     flags = entry["flags"]
     assert isinstance(flags, dict)
     assert set(flags) == {

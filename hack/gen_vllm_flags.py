@@ -480,6 +480,19 @@ def index_pages(project: str = "vllm") -> list[str]:
     return pages
 
 
+def index_versions(project: str = "vllm") -> list[str]:
+    """The releases pip finds on the configured package index, newest first (raises CalledProcessError when
+    pip cannot reach it)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", project, "--disable-pip-version-check"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    for line in out.splitlines():
+        if line.startswith("Available versions:"):
+            return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
+    raise ValueError(f"pip listed no versions of {project}")
+
+
 def _open(url: str, accept: str | None = None) -> urllib.response.addinfourl:
     request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
     cafile = os.environ.get("PIP_CERT")

@@ -1,17 +1,25 @@
 """Builds the vLLM flag catalog: the command-line flags each vLLM release's OpenAI server accepts.
 
-It reads the release's Python source out of its wheel and parses it with `ast`; vllm and torch are
-never imported (nor installed). The result is committed as data under
+It reads the release's Python source out of its sdist or any of its wheels and parses it with `ast`;
+vllm and torch are never imported (nor installed). The result is committed as data under
 operator/inference_operator/planner/catalog/vllm/<version>.json.
 
-    python hack/gen_vllm_flags.py 0.6.6.post1 0.10.2 ...      # downloads wheels with pip (no deps)
-    python hack/gen_vllm_flags.py --wheel vllm-0.6.6.post1-*.whl
+    python hack/gen_vllm_flags.py --all                  # every release from 0.6.0 on the package index
+    python hack/gen_vllm_flags.py 0.22.0 0.22.1          # these releases
+    python hack/gen_vllm_flags.py --file vllm-0.22.0.tar.gz --file vllm-0.15.1-cp38-abi3-manylinux_2_31_x86_64.whl
+
+Files come from the package index pip is configured with (`pip index versions` lists its pages); of
+each release the smallest readable file is fetched (the sdist, some tens of MB, against hundreds for
+a wheel) and checked against the index's sha256. Nothing is kept unless --cache names a folder.
 
 Flags come from three places, which together make up `vllm serve` across releases:
-- literal `add_argument("--flag", ...)` calls in the engine arguments and the server's parser;
+- literal `add_argument("--flag", "-alias", ...)` calls in the engine arguments and the server's parser;
 - `add_argument("--flag", **kwargs["field"])` where the kwargs come from a config dataclass: the
-  field's annotation tells whether the flag is boolean (then `--no-flag` exists as well);
+  field's annotation tells whether the flag is boolean (then `--no-flag` exists as well) and its
+  values when it is a `Literal` (open to other values when the annotation also allows `str`);
 - frontend argument dataclasses whose every field becomes `--field-name`.
+The release's FlexibleArgumentParser tells which other spellings vLLM reads (underscores, `-O3`,
+`--json-flag.key`), and its quantization package which methods are deprecated.
 """
 
 from __future__ import annotations

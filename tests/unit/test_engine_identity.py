@@ -2,7 +2,7 @@
 
 import pytest
 
-from inference_operator.planner import FlagCatalog, PlanError, load_flag_catalog, plan
+from inference_operator.planner import Defaults, FlagCatalog, PlanError, load_flag_catalog, plan
 from inference_operator.planner.flag_catalog import Flag, FlagSet
 from inference_operator.planner.versions import Release, is_vllm_image
 from tests.support.examples import server
@@ -153,3 +153,11 @@ def test_a_release_newer_than_every_catalog_is_checked_against_the_newest_with_a
     p = plan(server(engine(image="vllm/vllm-openai:v1.3.0")), BETWEEN)
     assert p.flag_catalog == "1.2.0"
     assert any("newer than every flag catalog" in w for w in p.warnings)
+
+
+def test_a_default_image_that_is_not_vllm_is_named_as_the_operators_default() -> None:
+    with pytest.raises(PlanError, match=r"the operator's default image corp/serving:1\.2 is not a vLLM image") as e:
+        plan(server(engine()), CATALOG, defaults=Defaults(vllm_image="corp/serving:1.2"))
+    assert e.value.field == "spec.engine.image"
+    p = plan(server(engine(version="0.9.2")), CATALOG, defaults=Defaults(vllm_image="corp/serving:1.2"))
+    assert p.flag_catalog == "0.9.2"

@@ -34,7 +34,8 @@ def _release(spec: InferenceServerSpec, image: str, warnings: list[str]) -> tupl
             )
         return release, "spec.engine.version"
     if not vllm_image:
-        raise PlanError("spec.engine.image", f"{image} is not a vLLM image the operator knows: {HOW_TO_PROCEED}")
+        which = image if spec.engine.image else f"the operator's default image {image}"
+        raise PlanError("spec.engine.image", f"{which} is not a vLLM image the operator knows: {HOW_TO_PROCEED}")
     if tagged is None and image_tag(image) not in (None, "latest"):
         raise PlanError(
             "spec.engine.image",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from typing import Any
 
@@ -60,12 +60,14 @@ class FlagSet:
     # two catalogs, the newer one (flags the two disagree on cannot be checked).
     release_field: str = "spec.engine.image"
     newer: FlagSet | None = None
-    _aliases: dict[str, str] = field(default_factory=dict, init=False, compare=False, repr=False)
+    # alias -> flag; built once per catalog entry and shared by the copies `replace` makes for each plan
+    _aliases: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        for flag in self.flags.values():
-            for alias in flag.aliases:
-                self._aliases.setdefault(alias, flag.name)
+        if not self._aliases:
+            for flag in self.flags.values():
+                for alias in flag.aliases:
+                    self._aliases.setdefault(alias, flag.name)
 
     def accepts(self, flag: str) -> bool:
         return flag in self.flags
@@ -125,8 +127,12 @@ class FlagCatalog:
     def newest(self) -> FlagSet:
         return self.releases[-1]
 
+    @cached_property
+    def _by_key(self) -> dict[tuple[int, ...], FlagSet]:
+        return {r.release.key: r for r in self.releases}
+
     def exact(self, target: Release) -> FlagSet | None:
-        return next((r for r in self.releases if r.release == target), None)
+        return self._by_key.get(target.key)
 
     def for_release(self, target: Release) -> FlagSet | None:
         """The newest catalogued release not newer than `target`; None when `target` predates them all."""

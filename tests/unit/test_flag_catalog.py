@@ -14,8 +14,10 @@ FLAGS = {
 }
 
 
-def flag_set(**rules: bool) -> FlagSet:
-    return FlagSet(Release("1.0.0"), FLAGS, **rules)
+def flag_set(*, abbreviations: bool = True, underscores: bool = True, dotted_keys: bool = True) -> FlagSet:
+    return FlagSet(
+        Release("1.0.0"), FLAGS, abbreviations=abbreviations, underscores=underscores, dotted_keys=dotted_keys
+    )
 
 
 def name(flags: FlagSet, spelling: str) -> str | None:

@@ -101,6 +101,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("no cache source", with_spec(cache={"storageClassName": "fast"}), "spec.cache", "exactly one"),
     ("shared cache needs RWX", with_spec(replicas=2, cache={"size": "10Gi"}), "spec.cache.accessMode", "ReadWriteMany"),
     ("unknown dtype", with_spec(engine={"dtype": "int3"}), "spec.engine.dtype", "Unsupported value"),
+    ("empty image", with_spec(engine={"image": ""}), "spec.engine.image", "at least 1 chars long"),
     ("name too long", long_name(), "metadata.name", "at most 42"),
     (
         "batched tokens below seqs",

@@ -31,6 +31,7 @@ def test_defaults_fill_an_empty_spec() -> None:
         ({"model": {"name": "m"}, "engine": {"dtype": "int3"}}, "spec.engine.dtype"),
         ({"model": {"name": "m"}, "engine": {"tensorParalelSize": 2}}, "spec.engine.tensorParalelSize"),
         ({"model": {}}, "spec.model.name"),
+        ({"model": {"name": "m"}, "engine": {"image": ""}}, "spec.engine.image"),
     ],
 )
 def test_invalid_specs_name_the_field(spec: dict[str, object], field: str) -> None:

@@ -1,10 +1,16 @@
-"""The flag catalog generator reads vLLM's argument code statically; checked on a small synthetic wheel."""
+"""The flag catalog generator reads vLLM's argument code statically; checked on small made-up releases."""
 
+import io
+import json
+import subprocess
+import tarfile
 import textwrap
 import zipfile
 from pathlib import Path
 
-from gen_vllm_flags import catalog, read_sources, wheel_version
+import pytest
+
+from gen_vllm_flags import OLDEST, archive_version, catalog, index_versions, main, read_sources, release_key, write
 
 ARG_UTILS = """
 import argparse
@@ -61,7 +67,7 @@ def make_wheel(tmp_path: Path) -> Path:
 
 def test_reads_literal_dataclass_and_negated_flags(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path)
-    entry = catalog(read_sources(wheel), wheel_version(wheel))
+    entry = catalog(read_sources(wheel), archive_version(wheel))
     flags = entry["flags"]
     assert isinstance(flags, dict)
     assert set(flags) == {
@@ -82,3 +88,103 @@ def test_reads_literal_dataclass_and_negated_flags(tmp_path: Path) -> None:
     assert flags["--block-size"] == {"boolean": False}
     assert entry["vllm"] == "9.9.9"
     assert "--output" not in flags  # the batch runner's parser is not the server's
+
+
+FIXTURE = Path(__file__).parent / "vllm_source_fixture"
+FIXTURE_VERSION = "9.9.9"
+COMMITTED = Path(__file__).resolve().parents[2] / "operator" / "inference_operator" / "planner" / "catalog" / "vllm"
+
+
+def fixture_files() -> dict[str, bytes]:
+    """The made-up release's modules, stored as .py.txt so that linters leave them alone."""
+    return {
+        str(path.relative_to(FIXTURE)).removesuffix(".txt"): path.read_bytes()
+        for path in sorted(FIXTURE.rglob("*.py.txt"))
+    }
+
+
+def make_sdist(tmp_path: Path) -> Path:
+    sdist = tmp_path / f"vllm-{FIXTURE_VERSION}.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tf:
+        for name, data in fixture_files().items():
+            info = tarfile.TarInfo(f"vllm-{FIXTURE_VERSION}/{name}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return sdist
+
+
+def make_fixture_wheel(tmp_path: Path) -> Path:
+    wheel = tmp_path / f"vllm-{FIXTURE_VERSION}-1-cp38-abi3-manylinux_2_31_aarch64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in fixture_files().items():
+            zf.writestr(name, data)
+    return wheel
+
+
+def test_the_fixture_release_regenerates_its_committed_catalog_byte_for_byte(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["--file", str(make_sdist(tmp_path)), "--out", str(out)]) == 0
+    expected = (FIXTURE / f"{FIXTURE_VERSION}.json").read_bytes()
+    assert (out / f"{FIXTURE_VERSION}.json").read_bytes() == expected
+    again = tmp_path / "again"
+    assert main(["--file", str(make_fixture_wheel(tmp_path)), "--out", str(again)]) == 0
+    assert (again / f"{FIXTURE_VERSION}.json").read_bytes() == expected
+
+
+def test_records_aliases_choices_negations_and_parser_rules(tmp_path: Path) -> None:
+    entry = catalog(read_sources(make_sdist(tmp_path)), FIXTURE_VERSION)
+    flags = entry["flags"]
+    assert isinstance(flags, dict)
+    assert flags["--tensor-parallel-size"]["aliases"] == ["-tp"]
+    assert flags["--gpu-memory-utilization"]["aliases"] == ["--device-memory-utilization"]
+    assert "--device-memory-utilization" not in flags
+    assert flags["--optimization-level"]["aliases"] == ["-O"]  # -O3, expanded by the parser itself
+    assert flags["--quantization"]["choices"] == ["awq", "fp8", "gptq", "old_method"]
+    assert flags["--dtype"]["choices"] == ["auto", "bfloat16", "half"]
+    assert flags["--kv-cache-dtype"] == {"boolean": False, "choices": ["auto", "fp8", "fp8_e4m3"], "other_values": True}
+    assert flags["--block-size"]["choices"] == ["16", "32", "8"]
+    assert flags["--chat-template-content-format"]["choices"] == ["auto", "openai", "string"]
+    assert "choices" not in flags["--pooler"]  # a forward reference in an annotation is a type, not a value
+    assert flags["--no-enable-prefix-caching"] == {"boolean": True, "negates": "--enable-prefix-caching"}
+    assert entry["parser"] == {"abbreviations": True, "underscores": True, "dotted_keys": True}
+    assert entry["deprecated_quantization"] == ["old_method"]
+    assert entry["allow_deprecated_quantization"] == "--allow-deprecated-quantization"
+
+
+def test_archive_versions_ignore_wheel_build_tags() -> None:
+    assert archive_version(Path("vllm-0.20.1-1-cp38-abi3-manylinux_2_35_aarch64.whl")) == "0.20.1"
+    assert archive_version(Path("vllm-0.6.3.post1.tar.gz")) == "0.6.3.post1"
+    assert release_key("0.10.1.1") > release_key("0.10.1") > release_key("0.9.2")  # type: ignore[operator]
+    assert release_key("0.11.0rc1") is None
+
+
+def test_committed_catalogs_are_in_the_generators_own_form(tmp_path: Path) -> None:
+    paths = sorted(COMMITTED.glob("*.json"))
+    assert paths
+    for path in paths:
+        entry = json.loads(path.read_text())
+        assert path.name == f"{entry['vllm']}.json"
+        assert list(entry["flags"]) == sorted(entry["flags"])
+        assert write(entry, tmp_path).read_bytes() == path.read_bytes(), path.name
+
+
+def test_every_minor_release_on_the_package_index_has_a_catalog() -> None:
+    """Fails when vLLM publishes a minor release (or a newer patch of one) that has no catalog yet: run
+    `python hack/gen_vllm_flags.py --all`."""
+    try:
+        versions = index_versions()
+    except (subprocess.CalledProcessError, OSError) as err:
+        pytest.skip(f"the package index cannot be reached through pip: {err}")
+    oldest = release_key(OLDEST)
+    newest_patch: dict[tuple[int, ...], tuple[tuple[int, ...], str]] = {}
+    for version in versions:
+        key = release_key(version)
+        if key is None or oldest is None or key < oldest:
+            continue
+        minor = key[:2]
+        if minor not in newest_patch or key > newest_patch[minor][0]:
+            newest_patch[minor] = (key, version)
+    assert len(newest_patch) >= 28  # 0.6 to 0.33 when this test was written
+    catalogued = {path.name.removesuffix(".json") for path in COMMITTED.glob("*.json")}
+    missing = sorted(version for _, version in newest_patch.values() if version not in catalogued)
+    assert not missing, f"no flag catalog for vLLM {', '.join(missing)}"

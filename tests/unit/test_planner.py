@@ -193,8 +193,7 @@ def test_registry_port_and_digest_do_not_confuse_the_tag() -> None:
     image = "registry.example:5000/vllm/vllm-openai:v0.8.5@sha256:" + "a" * 64
     p = plan(server({"model": {"name": "m/x"}, "engine": {"image": image}}), CATALOG)
     assert p.vllm_version == "0.8.5"
-    assert p.flag_catalog == "0.7.3"
-    assert any("flags checked against vLLM 0.7.3" in w for w in p.warnings)
+    assert p.flag_catalog == "0.8.5"
 
 
 def test_latest_tag_assumes_the_newest_catalog_with_a_warning() -> None:
@@ -205,8 +204,8 @@ def test_latest_tag_assumes_the_newest_catalog_with_a_warning() -> None:
 
 def test_unreadable_tag_asks_for_the_version() -> None:
     with pytest.raises(PlanError, match=r"set spec\.engine\.version") as e:
-        plan(server({"model": {"name": "m/x"}, "engine": {"image": "corp/vllm:nightly-gpu"}}), CATALOG)
-    assert e.value.field == "spec.engine.version"
+        plan(server({"model": {"name": "m/x"}, "engine": {"image": "vllm/vllm-openai:nightly-gpu"}}), CATALOG)
+    assert e.value.field == "spec.engine.image"
 
 
 def test_releases_older_than_the_catalog_are_refused() -> None:

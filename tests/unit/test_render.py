@@ -57,7 +57,11 @@ def test_every_rendered_flag_is_in_the_catalog_of_every_target_version() -> None
             pinned = s.model_copy(
                 update={
                     "spec": s.spec.model_copy(
-                        update={"engine": s.spec.engine.model_copy(update={"version": flags.release.text})}
+                        update={
+                            "engine": s.spec.engine.model_copy(
+                                update={"image": f"vllm/vllm-openai:v{flags.release.text}", "version": None}
+                            )
+                        }
                     )
                 }
             )

@@ -155,6 +155,7 @@ class EngineSpec(ApiModel):
 
     image: str | None = Field(
         default=None,
+        min_length=1,
         max_length=512,
         description="vLLM OpenAI server image, started as `vllm serve MODEL ...` (the image's entrypoint is not used); "
         "defaults to the operator's configured image.",

@@ -3,20 +3,118 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, field
+from functools import cache, cached_property
 from importlib import resources
+from typing import Any
 
 from .versions import Release
 
 
 @dataclass(frozen=True)
+class Flag:
+    """One long option of `vllm serve` in one release."""
+
+    name: str
+    boolean: bool = False
+    aliases: tuple[str, ...] = ()
+    choices: tuple[str, ...] | None = None  # the values the release knows, when it names a fixed set
+    other_values: bool = False  # the parser passes other values on (vLLM checks them at start-up)
+    negates: str | None = None  # --no-X: the flag it switches off
+
+    @classmethod
+    def from_json(cls, name: str, data: dict[str, Any]) -> Flag:
+        choices = data.get("choices")
+        return cls(
+            name=name,
+            boolean=bool(data.get("boolean")),
+            aliases=tuple(data.get("aliases", ())),
+            choices=tuple(choices) if choices is not None else None,
+            other_values=bool(data.get("other_values")),
+            negates=data.get("negates"),
+        )
+
+    def comparable(self) -> tuple[object, ...]:
+        """What a plan relies on: two releases agree on a flag when these agree."""
+        return (self.boolean, self.aliases, self.choices, self.other_values, self.negates)
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How vLLM reads one spelling from the command line."""
+
+    flag: Flag | None  # None: not a flag of the release
+    ambiguous: tuple[str, ...] = ()  # a prefix several flags share (argparse refuses it)
+
+
+@dataclass(frozen=True)
 class FlagSet:
     release: Release
-    flags: frozenset[str]
+    flags: dict[str, Flag]
+    abbreviations: bool = True
+    underscores: bool = True
+    dotted_keys: bool = False
+    deprecated_quantization: frozenset[str] = frozenset()
+    allow_deprecated_quantization: str | None = None
+    # Set for a plan, not in the catalog: the spec field the release was read from, and for a release between
+    # two catalogs, the newer one (flags the two disagree on cannot be checked).
+    release_field: str = "spec.engine.image"
+    newer: FlagSet | None = None
+    # alias -> flag; built once per catalog entry and shared by the copies `replace` makes for each plan
+    _aliases: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self._aliases:
+            for flag in self.flags.values():
+                for alias in flag.aliases:
+                    self._aliases.setdefault(alias, flag.name)
 
     def accepts(self, flag: str) -> bool:
         return flag in self.flags
+
+    def get(self, flag: str) -> Flag | None:
+        return self.flags.get(flag)
+
+    def read(self, spelling: str) -> Spelling:
+        """The flag vLLM takes `spelling` for: exact names, aliases (-tp), --under_scores, --json-flag.key, and
+        unambiguous prefixes of long options, as vLLM's argument parser reads them in this release."""
+        name = spelling
+        if name.startswith("--"):
+            if self.underscores:
+                head, dot, tail = name[2:].partition(".")
+                name = "--" + head.replace("_", "-") + dot + tail
+            if self.dotted_keys and "." in name:
+                name = name.split(".", 1)[0]
+        if name in self.flags:
+            return Spelling(self.flags[name])
+        if name in self._aliases:
+            return Spelling(self.flags[self._aliases[name]])
+        if name.startswith("--") and self.abbreviations:
+            matches = sorted(n for n in [*self.flags, *self._aliases] if n.startswith(name) and n.startswith("--"))
+            targets = sorted({self._aliases.get(m, m) for m in matches})
+            if len(targets) == 1:
+                return Spelling(self.flags[targets[0]])
+            if len(targets) > 1:
+                return Spelling(None, tuple(matches))
+        elif not name.startswith("--") and len(name) > 2:
+            # argparse takes a one-letter option with its value attached: -O3
+            short = self._aliases.get(name[:2])
+            if short is not None:
+                return Spelling(self.flags[short])
+        return Spelling(None)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FlagSet:
+        parser = data.get("parser", {})
+        return cls(
+            release=Release(data["vllm"]),
+            flags={name: Flag.from_json(name, facts) for name, facts in data["flags"].items()},
+            abbreviations=bool(parser.get("abbreviations", True)),
+            underscores=bool(parser.get("underscores", True)),
+            dotted_keys=bool(parser.get("dotted_keys", False)),
+            deprecated_quantization=frozenset(data.get("deprecated_quantization", ())),
+            allow_deprecated_quantization=data.get("allow_deprecated_quantization"),
+        )
 
 
 @dataclass(frozen=True)
@@ -29,19 +127,28 @@ class FlagCatalog:
     def newest(self) -> FlagSet:
         return self.releases[-1]
 
+    @cached_property
+    def _by_key(self) -> dict[tuple[int, ...], FlagSet]:
+        return {r.release.key: r for r in self.releases}
+
+    def exact(self, target: Release) -> FlagSet | None:
+        return self._by_key.get(target.key)
+
     def for_release(self, target: Release) -> FlagSet | None:
         """The newest catalogued release not newer than `target`; None when `target` predates them all."""
         eligible = [r for r in self.releases if r.release <= target]
         return eligible[-1] if eligible else None
+
+    def next_after(self, target: Release) -> FlagSet | None:
+        """The oldest catalogued release newer than `target`; None when `target` is newer than them all."""
+        return next((r for r in self.releases if r.release > target), None)
 
 
 @cache
 def load_flag_catalog() -> FlagCatalog:
     """Reads the committed catalog from the package (the only file access of the planner)."""
     folder = resources.files(__package__).joinpath("catalog", "vllm")
-    sets = []
-    for entry in folder.iterdir():
-        if entry.name.endswith(".json"):
-            data = json.loads(entry.read_text())
-            sets.append(FlagSet(Release(data["vllm"]), frozenset(data["flags"])))
+    sets = [
+        FlagSet.from_json(json.loads(entry.read_text())) for entry in folder.iterdir() if entry.name.endswith(".json")
+    ]
     return FlagCatalog(tuple(sorted(sets, key=lambda s: s.release)))

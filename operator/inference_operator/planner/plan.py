@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 
 from ..api import InferenceServer, InferenceServerSpec, MemoryEstimate, OllamaSpec, PlanStatus
 from .errors import PlanError
-from .flag_catalog import FlagCatalog, FlagSet
+from .flag_catalog import FlagCatalog
 from .inputs import DEFAULT_MAX_GPUS_PER_NODE, NO_FACTS, ClusterFacts, Defaults
 from .memory import Fit, estimate, kv_bytes_per_element, weight_bytes_per_parameter
 from .model_catalog import ModelSize, lookup
-from .versions import Release, image_tag, release_from_image
+from .release import resolve_release
 from .vllm_args import build_args
 
 MIN_STARTUP_SECONDS = 600
@@ -108,37 +108,6 @@ def resolve_size(spec: InferenceServerSpec) -> tuple[ModelSize | None, str]:
         ]
         return merged, f"{source}, incomplete (missing {', '.join(missing)}): memory check skipped"
     return merged, source
-
-
-def resolve_release(spec: InferenceServerSpec, image: str, catalog: FlagCatalog) -> tuple[str, FlagSet, list[str]]:
-    warnings: list[str] = []
-    if spec.engine.version:
-        release = Release(spec.engine.version)
-    else:
-        found = release_from_image(image)
-        if found is None:
-            tag = image_tag(image)
-            if tag not in (None, "latest"):
-                raise PlanError(
-                    "spec.engine.version",
-                    f"cannot tell the vLLM version of image {image} from its tag; set spec.engine.version",
-                )
-            newest = catalog.newest()
-            warnings.append(
-                f"image {image} has no version tag: assuming vLLM {newest.release.text}; "
-                "pin a tag or set spec.engine.version"
-            )
-            return newest.release.text, newest, warnings
-        release = found
-    flags = catalog.for_release(release)
-    if flags is None:
-        raise PlanError(
-            "spec.engine.version",
-            f"vLLM {release.text} is older than {catalog.oldest().release.text}, the oldest release supported",
-        )
-    if not flags.release.same_minor(release):
-        warnings.append(f"no flag catalog for vLLM {release.text}: flags checked against vLLM {flags.release.text}")
-    return release.text, flags, warnings
 
 
 def _fit_for(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from functools import total_ordering
 
-_RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.post(\d+))?")
+# 0.6.3.post1, and the fourth number of hotfix releases such as 0.10.1.1
+_RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:\.post(\d+))?")
 
 
 @total_ordering
@@ -14,9 +15,9 @@ class Release:
         match = _RELEASE.match(text)
         if match is None:
             raise ValueError(f"{text!r} is not a vLLM release number")
-        major, minor, patch, post = match.groups()
+        major, minor, patch, hotfix, post = match.groups()
         self.text = text.removeprefix("v")
-        self.key = (int(major), int(minor), int(patch or 0), int(post or 0))
+        self.key = (int(major), int(minor), int(patch or 0), int(hotfix or 0), int(post or 0))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Release) and self.key == other.key
@@ -49,3 +50,19 @@ def release_from_image(image: str) -> Release | None:
         return Release(tag)
     except ValueError:
         return None
+
+
+# vllm/vllm-openai and its variants (-rocm, -cpu), on Docker Hub or behind any registry or mirror prefix
+_VLLM_REPOSITORY = re.compile(r"(?:^|/)vllm/vllm-openai[a-z0-9._-]*$")
+
+
+def image_repository(image: str) -> str:
+    """The repository of an image reference: without tag and digest, with any registry prefix."""
+    name = image.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    last = last.split(":", 1)[0]
+    return f"{head}/{last}" if head else last
+
+
+def is_vllm_image(image: str) -> bool:
+    return _VLLM_REPOSITORY.search(image_repository(image)) is not None

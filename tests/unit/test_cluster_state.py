@@ -30,18 +30,15 @@ def service(selected: str, active: str | None = None, rolled_back: str = "") -> 
 def deployment(
     rev: str, replicas: int = 1, created: str = "2026-01-01T11:00:00Z", annotations: dict[str, str] | None = None
 ) -> dict[str, Any]:
+    marks = {"inference-operator.dev/generation": "2", **(annotations or {})}
     return {
-        "metadata": {
-            "labels": {ROLE: "vllm", REV: rev},
-            "creationTimestamp": created,
-            "annotations": annotations or {},
-        },
+        "metadata": {"labels": {ROLE: "vllm", REV: rev}, "creationTimestamp": created, "annotations": marks},
         "spec": {"replicas": replicas},
     }
 
 
 def test_lost_status_mid_switch_resumes_the_rollout_with_its_own_start() -> None:
-    mem = read_memory({}, service("a", "a"), [deployment("a"), deployment("b")], "b", "BlueGreen", NOW)
+    mem = read_memory({}, service("a", "a"), [deployment("a"), deployment("b")], "b", "BlueGreen", NOW, 2)
     assert (mem.active_revision, mem.backend, mem.serving) == ("a", "vllm", "a")
     assert mem.rollout.in_progress
     assert (mem.rollout.from_revision, mem.rollout.to_revision) == ("a", "b")
@@ -49,15 +46,21 @@ def test_lost_status_mid_switch_resumes_the_rollout_with_its_own_start() -> None
     assert mem.rollout.start_time == datetime(2026, 1, 1, 11, tzinfo=UTC)
 
 
+def test_a_revision_kept_from_an_earlier_spec_is_not_taken_for_the_rollout_in_progress() -> None:
+    stale = deployment("b", annotations={"inference-operator.dev/generation": "1"})
+    mem = read_memory({}, service("a", "a"), [deployment("a"), stale], "b", "BlueGreen", NOW, 2)
+    assert not mem.rollout.in_progress  # a new rollout starts, with its own deadline
+
+
 def test_lost_status_mid_bridge_knows_the_old_revision_is_down() -> None:
-    mem = read_memory({}, service(OLLAMA, "a"), [deployment("a", replicas=0), deployment("b")], "b", "Auto", NOW)
+    mem = read_memory({}, service(OLLAMA, "a"), [deployment("a", replicas=0), deployment("b")], "b", "Auto", NOW, 2)
     assert (mem.active_revision, mem.backend, mem.serving) == ("a", "ollama", OLLAMA)
     assert mem.rollout.state == "Bridging"
 
 
 def test_the_service_wins_over_a_stale_status() -> None:
     stale = {"activeRevision": "a", "activeBackend": "vllm", "rollout": {"toRevision": "b", "result": "InProgress"}}
-    mem = read_memory(stale, service("b", "b"), [deployment("a"), deployment("b")], "b", "BlueGreen", NOW)
+    mem = read_memory(stale, service("b", "b"), [deployment("a"), deployment("b")], "b", "BlueGreen", NOW, 2)
     assert mem.active_revision == "b"
     # The switch happened; only its record was lost: it is closed, not reported as a rollback.
     assert mem.rollout.result == "Succeeded"
@@ -70,7 +73,7 @@ def test_status_from_another_version_is_read_where_it_can_be_and_ignored_elsewhe
         "draining": [{"backend": "a", "since": "2026-01-01T11:59:50Z"}, {"bogus": 1}],
         "somethingNew": {"x": 1},
     }
-    mem = read_memory(foreign, service("a", "a"), [deployment("a")], "a", "Auto", NOW)
+    mem = read_memory(foreign, service("a", "a"), [deployment("a")], "a", "Auto", NOW, 2)
     assert mem.active_revision == "a"
     assert mem.rollout.result is None
     assert mem.fallback_since is None
@@ -78,14 +81,14 @@ def test_status_from_another_version_is_read_where_it_can_be_and_ignored_elsewhe
 
 
 def test_a_rolled_back_revision_is_remembered_by_the_service() -> None:
-    mem = read_memory({}, service("a", "a", rolled_back="b"), [deployment("a")], "b", "Recreate", NOW)
+    mem = read_memory({}, service("a", "a", rolled_back="b"), [deployment("a")], "b", "Recreate", NOW, 2)
     assert (mem.rollout.to_revision, mem.rollout.result) == ("b", "RolledBack")
 
 
 def test_without_a_service_status_names_the_active_revision_only_if_it_runs() -> None:
     status = {"activeRevision": "a"}
-    assert read_memory(status, None, [deployment("a")], "a", "Auto", NOW).active_revision == "a"
-    assert read_memory(status, None, [], "a", "Auto", NOW).active_revision is None
+    assert read_memory(status, None, [deployment("a")], "a", "Auto", NOW, 2).active_revision == "a"
+    assert read_memory(status, None, [], "a", "Auto", NOW, 2).active_revision is None
 
 
 def test_endpoints_name_the_backends_of_ready_pods() -> None:

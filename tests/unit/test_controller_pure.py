@@ -234,4 +234,4 @@ def test_status_keeps_transition_times_while_conditions_hold_and_round_trips_mem
     deployment = {
         "metadata": {"labels": {"inference-operator.dev/role": "vllm", "inference-operator.dev/revision": "a"}}
     }
-    assert read_memory(second, service, [deployment], "a", "Auto", NOW) == mem
+    assert read_memory(second, service, [deployment], "a", "Auto", NOW, 2) == mem

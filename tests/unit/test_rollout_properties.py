@@ -38,6 +38,7 @@ class World:
     short: set[str] = field(default_factory=set)
     created: dict[str, datetime] = field(default_factory=dict)
     rollout_start: dict[str, datetime] = field(default_factory=dict)
+    generation_of: dict[str, int] = field(default_factory=dict)  # the spec generation a Deployment was applied for
     ollama_replicas: int = 0
     ollama_ready: bool = False
     serving: str | None = None  # what the stable Service selects
@@ -86,18 +87,20 @@ class World:
                 "metadata": {
                     "labels": {"inference-operator.dev/role": "vllm", "inference-operator.dev/revision": r},
                     "creationTimestamp": self.created[r].strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    "annotations": {
-                        "inference-operator.dev/rollout-start": self.rollout_start[r].strftime("%Y-%m-%dT%H:%M:%SZ")
-                    }
-                    if r in self.rollout_start
-                    else {},
+                    "annotations": self.annotations(r),
                 },
                 "spec": {"replicas": n},
             }
             for r, n in self.replicas.items()
         ]
 
-    def apply(self, d: Decision, now: datetime) -> None:
+    def annotations(self, rev: str) -> dict[str, str]:
+        out = {"inference-operator.dev/generation": str(self.generation_of.get(rev, 0))}
+        if rev in self.rollout_start:
+            out["inference-operator.dev/rollout-start"] = self.rollout_start[rev].strftime("%Y-%m-%dT%H:%M:%SZ")
+        return out
+
+    def apply(self, d: Decision, desired: Desired, generation: int, now: datetime) -> None:
         for r in list(self.replicas):
             if r not in d.deployments:
                 del self.replicas[r]
@@ -106,6 +109,8 @@ class World:
             if r not in self.replicas:
                 self.created[r] = now
             self.replicas[r] = n
+        if desired.revision in d.deployments:
+            self.generation_of[desired.revision] = generation  # the reconcile applies the target with it
         rollout = d.memory.rollout
         if rollout.in_progress and rollout.to_revision in d.deployments and rollout.start_time is not None:
             self.rollout_start[rollout.to_revision] = rollout.start_time  # as the reconcile annotates it
@@ -154,6 +159,7 @@ def snapshot(world: World) -> World:
         failing=set(world.failing),
         short=set(world.short),
         created=dict(world.created),
+        generation_of=dict(world.generation_of),
         rollout_start=dict(world.rollout_start),
         ollama_replicas=world.ollama_replicas,
         ollama_ready=world.ollama_ready,
@@ -179,10 +185,12 @@ def test_random_walks_keep_the_safety_invariants(
     memory = Memory()
     now = T0
     target = "a"
+    generation = 1
     for _ in range(40):
         # The world moves.
         if data.draw(st.integers(0, 9)) == 0:
             target = data.draw(st.sampled_from(REVISIONS))
+            generation += 1
         for r, n in world.replicas.items():
             world.ready[r] = data.draw(st.integers(0, n))
         world.failing = {r for r in world.replicas if data.draw(st.integers(0, 9)) == 0}
@@ -206,9 +214,9 @@ def test_random_walks_keep_the_safety_invariants(
         intact = None
         if lost:
             intact = decide(desired, world.observed(), memory, now)
-            memory = read_memory({}, world.service(), world.deployments(), target, strategy, now)
+            memory = read_memory({}, world.service(), world.deployments(), target, strategy, now, generation)
         before = snapshot(world)
         decision = decide(desired, world.observed(), memory, now)
         check(world, before, decision, desired, intact)
-        world.apply(decision, now)
+        world.apply(decision, desired, generation, now)
         memory = decision.memory

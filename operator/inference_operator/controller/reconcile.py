@@ -212,7 +212,7 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> float | None:
     launch, rev = planned.launch, planned.revision
     owner = Owner(name=name, uid=uid)
     memory = read_memory(
-        previous, children.services.get(name), children.deployments, rev, server.spec.rollout.strategy, now
+        previous, children.services.get(name), children.deployments, rev, server.spec.rollout.strategy, now, generation
     )
     observed = observe(children.deployments, children.pods, server.spec.resources.gpu_resource_name, children.slices)
     desired = _desired(server, rev)

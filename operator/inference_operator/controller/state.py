@@ -16,6 +16,7 @@ from typing import Any
 from ..api.status import DrainStatus, RolloutStatus, read_status_part
 from ..render import (
     ANNOTATION_ACTIVE_REVISION,
+    ANNOTATION_GENERATION,
     ANNOTATION_ROLLED_BACK,
     ANNOTATION_ROLLOUT_START,
     LABEL_REVISION,
@@ -68,8 +69,13 @@ def read_memory(
     desired_revision: str,
     strategy: str,
     now: datetime,
+    generation: int,
 ) -> Memory:
-    """`service` is the stable Service when it exists and this server owns it; `deployments` are its own."""
+    """`service` is the stable Service when it exists and this server owns it; `deployments` are its own.
+
+    A rollout whose record is lost is rebuilt only from a target Deployment applied for this very spec
+    generation: one kept from an earlier rollout (draining, say) is not mistaken for the current one.
+    """
     revisions = _revision_deployments(deployments)
     rollout = read_status_part(RolloutStatus, status.get("rollout"))
     timers: dict[str, Any] = {
@@ -107,7 +113,8 @@ def read_memory(
         rollout = rollout.model_copy(update={"state": "Idle", "result": "Succeeded", "end_time": now})
     elif not rollout.in_progress and rollout.to_revision != desired_revision and active not in (None, desired_revision):
         target = revisions.get(desired_revision)
-        if target is not None:
+        target_generation = ((target or {}).get("metadata", {}).get("annotations") or {}).get(ANNOTATION_GENERATION)
+        if target is not None and target_generation == str(generation):
             # A rollout whose record is gone: its target runs; it resumes with its own start time.
             old = revisions.get(active) if active else None
             old_stopped = old is not None and int((old.get("spec") or {}).get("replicas") or 0) == 0

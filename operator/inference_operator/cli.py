@@ -115,6 +115,8 @@ def _table(plans: list[LaunchPlan], out: TextIO) -> None:
 def _facts(args: argparse.Namespace) -> ClusterFacts:
     """The GPU the command line describes: --gpu-product fills in what --gpu-memory-gib and
     --gpu-compute-capability do not give."""
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise InputError(f"--gpus-per-node {args.gpus_per_node}: must be 1 or more")
     product = gpu_model(args.gpu_product) if args.gpu_product else None
     if args.gpu_product and product is None:
         known = ", ".join(g.product for g in GPUS)

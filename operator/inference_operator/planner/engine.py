@@ -25,8 +25,8 @@ GEMMA2_WINDOW_CAP_UNTIL = Release("0.6.4.post1")
 LONGROPE_ORIGINAL_DEFAULT = Release("0.11.1")
 LARGE_GPU_BATCH_FROM = Release("0.9.0")
 
-# V0's scheduler turns chunked prefill on by itself above this context (and then batches 512 tokens a step).
-V0_AUTO_CHUNKED_ABOVE = 32768
+# V0 turns chunked prefill on by itself above this context ("max_model_len > 32K"), then batches 512 tokens.
+V0_AUTO_CHUNKED_ABOVE = 32000
 V0_CHUNKED_BATCH_TOKENS = 512
 V0_MIN_BATCH_TOKENS = 2048
 # V1 batches 2048 tokens a step when serving; 8192 on GPUs of 70 GiB or more (from 0.9.0).

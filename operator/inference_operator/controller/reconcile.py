@@ -29,6 +29,7 @@ from ..render import (
     cache_pvc,
     ollama_name,
     ollama_objects,
+    ollama_store_pvc,
     pdb,
     revision,
     stable_service,
@@ -188,6 +189,11 @@ async def _apply_children(
         await _ensure(ctx, desired, live_by_name.get(desired["metadata"]["name"]))
 
     if launch.ollama is not None:
+        store = ollama_store_pvc(launch)
+        if store is not None:
+            live_store = await kube.get("v1", "PersistentVolumeClaim", ns, store["metadata"]["name"])
+            if live_store is None:
+                await _ensure(ctx, store, None)
         ollama_dep, ollama_svc = ollama_objects(launch, owner, decision.ollama_replicas)
         await _ensure(ctx, ollama_dep, live_by_name.get(ollama_dep["metadata"]["name"]))
         await _ensure(ctx, ollama_svc, services.get(ollama_svc["metadata"]["name"]))

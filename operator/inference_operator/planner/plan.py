@@ -27,6 +27,7 @@ from .memory import (
     weight_gib,
 )
 from .model_catalog import ModelSize, inferred_quantization, lookup
+from .ollama import MAX_NAME, derived_name, is_valid_name, library_context, store_size_gib
 from .versions import Release, image_tag, release_from_image
 from .vllm_args import build_args
 
@@ -47,6 +48,8 @@ class OllamaPlan:
     activate_after_seconds: int
     recover_after_seconds: int
     spec: OllamaSpec
+    context_length: int | None = None  # OLLAMA_CONTEXT_LENGTH: vLLM's max model length, within the model's own
+    store_size: str = "20Gi"  # the retained claim holding the pulled models
 
 
 @dataclass(frozen=True)
@@ -390,12 +393,21 @@ def _startup_seconds(size: ModelSize | None, weights: WeightFormat | None) -> in
     return int(min(max(MIN_STARTUP_SECONDS, 300 + 10 * total_gib), MAX_STARTUP_SECONDS))
 
 
-def _ollama(spec: InferenceServerSpec, served_name: str, defaults: Defaults) -> OllamaPlan | None:
+def _ollama(
+    spec: InferenceServerSpec, served_name: str, defaults: Defaults, max_model_len: int | None
+) -> OllamaPlan | None:
     ollama = spec.fallback.ollama if spec.fallback else None
     if ollama is None or not ollama.enabled:
         return None
     if not ollama.model:
         raise PlanError("spec.fallback.ollama.model", "is required when the Ollama fallback is enabled")
+    if not is_valid_name(ollama.model):
+        raise PlanError(
+            "spec.fallback.ollama.model",
+            f"{ollama.model!r} is not a model name Ollama accepts: {OLLAMA_NAME_RULE}",
+        )
+    context = library_context(ollama.model)
+    length = max_model_len if context is None or max_model_len is None else min(max_model_len, context)
     return OllamaPlan(
         image=ollama.image or defaults.ollama_image,
         model=ollama.model,
@@ -404,7 +416,36 @@ def _ollama(spec: InferenceServerSpec, served_name: str, defaults: Defaults) -> 
         activate_after_seconds=ollama.activate_after_seconds,
         recover_after_seconds=ollama.recover_after_seconds,
         spec=ollama,
+        context_length=length,
+        store_size=str(ollama.store.size) if ollama.store.size is not None else f"{store_size_gib(ollama.model)}Gi",
     )
+
+
+OLLAMA_NAME_RULE = (
+    "[host/][namespace/]name[:tag] of letters, digits, '_', '-' and '.', no '.' in the namespace, "
+    f"at most {MAX_NAME} characters"
+)
+
+
+def _served_name(spec: InferenceServerSpec) -> tuple[str, list[str]]:
+    """The OpenAI model id clients send. With the Ollama fallback it must be a name Ollama accepts too: a model
+    given as a path is served under its last component; an explicit servedName Ollama rejects is refused."""
+    explicit = spec.model.served_name
+    name = explicit or spec.model.name
+    ollama = spec.fallback.ollama if spec.fallback else None
+    if ollama is None or not ollama.enabled or is_valid_name(name):
+        return name, []
+    if explicit:
+        raise PlanError(
+            "spec.model.servedName",
+            f"{explicit!r} is not a model name Ollama accepts ({OLLAMA_NAME_RULE}), and the Ollama fallback "
+            f"serves the same id; choose one such as {derived_name(explicit)!r}",
+        )
+    derived = derived_name(spec.model.name)
+    return derived, [
+        f"clients send model {derived!r}: {spec.model.name} is not a name Ollama accepts, so vLLM and the Ollama "
+        "fallback both serve it under that id (set spec.model.servedName to choose another)"
+    ]
 
 
 def _memory_estimate(fit: Fit, tokens: int) -> MemoryEstimate:
@@ -516,7 +557,8 @@ def plan(
 
     _check_batched_tokens(spec, engine, sizing.chunked, target_len, version)
 
-    served_name = spec.model.served_name or spec.model.name
+    served_name, name_warnings = _served_name(spec)
+    warnings.extend(name_warnings)
     engine_spec = spec.engine if dtype_flag is None else spec.engine.model_copy(update={"dtype": dtype_flag})
     args, arg_warnings = build_args(
         spec.model,
@@ -553,7 +595,7 @@ def plan(
         memory=memory,
         sizing=sizing_text,
         startup_seconds=startup,
-        ollama=_ollama(spec, served_name, defaults),
+        ollama=_ollama(spec, served_name, defaults, target_len),
         warnings=tuple(warnings),
         engine=engine.label,
         dtype=dtype_flag or spec.engine.dtype,

@@ -201,3 +201,42 @@ def test_v0_needs_batched_tokens_to_hold_a_sequence_unless_chunked() -> None:
     forced_v0 = {**v1, "engine": {**v1["engine"], "env": [{"name": "VLLM_USE_V1", "value": "0"}]}}
     with pytest.raises(PlanError, match="V0 engine"):
         plan(server(forced_v0), CATALOG, facts)
+
+
+# --- memory model terms ----------------------------------------------------------------------------------------
+
+
+def test_sliding_window_layers_hold_only_their_window_where_the_allocator_allows() -> None:
+    facts = gpu("NVIDIA-H100-80GB-HBM3")
+    hybrid = plan(server(spec("google/gemma-2-9b-it", "0.10.2", maxModelLen=8192)), CATALOG, facts)
+    full = plan(server(spec("google/gemma-2-9b-it", "0.9.2", maxModelLen=8192)), CATALOG, facts)
+    assert hybrid.memory is not None
+    assert full.memory is not None
+    # Gemma 2 alternates: 21 of 42 layers slide over 4096 tokens, so an 8192-token sequence needs 3/4 of the KV.
+    assert hybrid.memory.kv_cache_per_sequence_gib == pytest.approx(
+        full.memory.kv_cache_per_sequence_gib * 0.75, abs=0.01
+    )
+
+
+def test_overhead_grows_with_tensor_parallelism() -> None:
+    facts = gpu("NVIDIA-H100-80GB-HBM3")
+    overheads = []
+    for tp in (1, 2, 4, 8):
+        p = plan(server(spec("meta-llama/Llama-3.1-8B-Instruct", tensorParallelSize=tp)), CATALOG, facts)
+        assert p.memory is not None
+        overheads.append(p.memory.overhead_gib)
+    assert overheads == sorted(overheads)
+    # NCCL and custom all-reduce buffers: about 5 GiB more per GPU at TP 8 than on one GPU.
+    assert overheads[-1] - overheads[0] > 4
+
+
+def test_v0_profiles_the_whole_max_length_and_v1_one_batch() -> None:
+    facts = gpu("NVIDIA-H100-80GB-HBM3")
+    v0 = plan(server(spec("meta-llama/Llama-3.1-8B-Instruct", "0.6.6.post1", maxModelLen=30000)), CATALOG, facts)
+    v1 = plan(server(spec("meta-llama/Llama-3.1-8B-Instruct", "0.10.2", maxModelLen=30000)), CATALOG, facts)
+    assert (v0.engine, v1.engine) == ("V0", "V1")
+    assert v0.memory is not None
+    assert v1.memory is not None
+    # (3 x 4096 + 3 x 14336) x 2 bytes a token: 30000 tokens on V0, one 8192-token batch on V1 (an 80 GiB GPU).
+    per_token = (3 * 4096 + 3 * 14336) * 2 / 2**30
+    assert v0.memory.overhead_gib - v1.memory.overhead_gib == pytest.approx(per_token * (30000 - 8192), abs=0.02)

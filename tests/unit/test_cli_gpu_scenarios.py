@@ -30,7 +30,7 @@ def refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return capsys.readouterr().err
 
 
-@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.6.5", "vllm/vllm-openai:v0.10.2"])
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.6.5", "vllm/vllm-openai:v0.22.0"])
 def test_qwen_on_an_rtx_4090_at_085(tmp_path: Path, image: str) -> None:
     spec = {
         "model": {"name": "Qwen/Qwen2.5-7B-Instruct"},

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .model_catalog import ModelSize
 from .versions import Release
 
 V1_DEFAULT = Release("0.8.0")
@@ -93,3 +94,16 @@ def batched_tokens(
     if engine.release >= LARGE_GPU_BATCH_FROM and gpu_memory_gib is not None and gpu_memory_gib >= V1_LARGE_GPU_GIB:
         return V1_LARGE_GPU_BATCH_TOKENS
     return V1_BATCH_TOKENS
+
+
+def model_context(size: ModelSize | None, release: Release) -> tuple[int | None, int | None]:
+    """(the longest max_model_len vLLM accepts for the model, the one it picks when none is given)."""
+    if size is None or size.max_context is None:
+        return None, None
+    longest = size.max_context
+    if size.family == "gemma-2" and release <= GEMMA2_WINDOW_CAP_UNTIL and size.sliding_window is not None:
+        longest = min(longest, size.sliding_window.tokens)
+    default = longest
+    if size.original_context is not None and release >= LONGROPE_ORIGINAL_DEFAULT:
+        default = min(longest, size.original_context)
+    return longest, default

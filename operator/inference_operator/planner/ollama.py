@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
+
+from ..api import InferenceServerSpec, OllamaSpec
+from .errors import PlanError
+from .inputs import Defaults
 
 MAX_NAME = 128
 _PART = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -103,3 +108,71 @@ def store_size_gib(model: str) -> int:
     if params is None:
         return DEFAULT_STORE_GIB
     return max(STORE_HEADROOM_GIB + 1, math.ceil(params * 1e9 * GGUF_BYTES_PER_PARAMETER / 2**30) + STORE_HEADROOM_GIB)
+
+
+@dataclass(frozen=True)
+class OllamaPlan:
+    image: str
+    model: str
+    served_name: str
+    mode: str
+    activate_after_seconds: int
+    recover_after_seconds: int
+    spec: OllamaSpec
+    context_length: int | None = None  # OLLAMA_CONTEXT_LENGTH: vLLM's max model length, within the model's own
+    store_size: str = "20Gi"  # the retained claim holding the pulled models
+
+
+def ollama_plan(
+    spec: InferenceServerSpec, served_name: str, defaults: Defaults, max_model_len: int | None
+) -> OllamaPlan | None:
+    ollama = spec.fallback.ollama if spec.fallback else None
+    if ollama is None or not ollama.enabled:
+        return None
+    if not ollama.model:
+        raise PlanError("spec.fallback.ollama.model", "is required when the Ollama fallback is enabled")
+    if not is_valid_name(ollama.model):
+        raise PlanError(
+            "spec.fallback.ollama.model",
+            f"{ollama.model!r} is not a model name Ollama accepts: {OLLAMA_NAME_RULE}",
+        )
+    context = library_context(ollama.model)
+    length = max_model_len if context is None or max_model_len is None else min(max_model_len, context)
+    return OllamaPlan(
+        image=ollama.image or defaults.ollama_image,
+        model=ollama.model,
+        served_name=served_name,
+        mode=ollama.mode,
+        activate_after_seconds=ollama.activate_after_seconds,
+        recover_after_seconds=ollama.recover_after_seconds,
+        spec=ollama,
+        context_length=length,
+        store_size=str(ollama.store.size) if ollama.store.size is not None else f"{store_size_gib(ollama.model)}Gi",
+    )
+
+
+OLLAMA_NAME_RULE = (
+    "[host/][namespace/]name[:tag] of letters, digits, '_', '-' and '.', no '.' in the namespace, "
+    f"at most {MAX_NAME} characters"
+)
+
+
+def served_id(spec: InferenceServerSpec) -> tuple[str, list[str]]:
+    """The OpenAI model id clients send. With the Ollama fallback it must be a name Ollama accepts too: a model
+    given as a path is served under its last component; an explicit servedName Ollama rejects is refused."""
+    explicit = spec.model.served_name
+    name = explicit or spec.model.name
+    ollama = spec.fallback.ollama if spec.fallback else None
+    if ollama is None or not ollama.enabled or is_valid_name(name):
+        return name, []
+    if explicit:
+        raise PlanError(
+            "spec.model.servedName",
+            f"{explicit!r} is not a model name Ollama accepts ({OLLAMA_NAME_RULE}), and the Ollama fallback "
+            f"serves the same id; choose one such as {derived_name(explicit)!r}",
+        )
+    derived = derived_name(spec.model.name)
+    return derived, [
+        f"clients send model {derived!r}: {spec.model.name} is not a name Ollama accepts, so vLLM and the Ollama "
+        "fallback both serve it under that id (set spec.model.servedName to choose another)"
+    ]

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..api import InferenceServer, InferenceServerSpec, MemoryEstimate, OllamaSpec, PlanStatus
-from .engine import (
-    GEMMA2_WINDOW_CAP_UNTIL,
-    LONGROPE_ORIGINAL_DEFAULT,
-    Engine,
-    chunked_prefill,
-    engine_for,
-)
+from ..api import InferenceServer, InferenceServerSpec, MemoryEstimate, PlanStatus
+from .engine import Engine, chunked_prefill, engine_for, model_context
 from .errors import PlanError
 from .flag_catalog import FlagCatalog, FlagSet
-from .gpu_catalog import BF16_MIN, FP8_MIN, ComputeCapability
+from .gpu_rules import GpuFacts, dtype_for_gpu, gpu_facts_for
 from .inputs import DEFAULT_MAX_GPUS_PER_NODE, NO_FACTS, ClusterFacts, Defaults
 from .memory import (
     DRIVER_RESERVED_GIB,
@@ -27,7 +21,7 @@ from .memory import (
     weight_gib,
 )
 from .model_catalog import ModelSize, inferred_quantization, lookup
-from .ollama import MAX_NAME, derived_name, is_valid_name, library_context, store_size_gib
+from .ollama import OllamaPlan, ollama_plan, served_id
 from .versions import Release, image_tag, release_from_image
 from .vllm_args import build_args
 
@@ -37,19 +31,6 @@ UNSIZED_STARTUP_SECONDS = 1800
 # Tensor parallel sizes listed in an error when the nodes' GPU count is unknown.
 MAX_LISTED_TENSOR_PARALLEL = 64
 ALLOW_LONG_MAX_MODEL_LEN = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
-
-
-@dataclass(frozen=True)
-class OllamaPlan:
-    image: str
-    model: str
-    served_name: str
-    mode: str
-    activate_after_seconds: int
-    recover_after_seconds: int
-    spec: OllamaSpec
-    context_length: int | None = None  # OLLAMA_CONTEXT_LENGTH: vLLM's max model length, within the model's own
-    store_size: str = "20Gi"  # the retained claim holding the pulled models
 
 
 @dataclass(frozen=True)
@@ -165,17 +146,6 @@ def resolve_release(spec: InferenceServerSpec, image: str, catalog: FlagCatalog)
     if not flags.release.same_minor(release):
         warnings.append(f"no flag catalog for vLLM {release.text}: flags checked against vLLM {flags.release.text}")
     return release.text, flags, warnings
-
-
-@dataclass(frozen=True)
-class GpuFacts:
-    """The GPU a replica gets, from the spec, the nodes' labels or the command line."""
-
-    memory_gib: float | None
-    memory_source: str
-    capability: ComputeCapability | None
-    capability_source: str
-    max_per_node: int | None
 
 
 @dataclass(frozen=True)
@@ -295,22 +265,6 @@ def choose_parallelism(
     )
 
 
-def _gpu_facts(spec: InferenceServerSpec, facts: ClusterFacts) -> GpuFacts:
-    if spec.resources.gpu_memory_gib is not None:
-        memory, source = spec.resources.gpu_memory_gib, "spec.resources.gpuMemoryGiB"
-    elif facts.gpu_memory_gib is not None:
-        memory, source = facts.gpu_memory_gib, facts.gpu_memory_source or "cluster nodes"
-    else:
-        memory, source = None, "unknown: set spec.resources.gpuMemoryGiB or label GPU nodes with nvidia.com/gpu.memory"
-    return GpuFacts(
-        memory_gib=memory,
-        memory_source=source,
-        capability=facts.compute_capability,
-        capability_source=facts.compute_capability_source or "cluster nodes",
-        max_per_node=facts.max_gpus_per_node,
-    )
-
-
 def _env(spec: InferenceServerSpec) -> list[tuple[str, str | None]]:
     return [(e.name, e.value) for e in spec.engine.env]
 
@@ -323,129 +277,12 @@ def _env_true(spec: InferenceServerSpec, name: str) -> bool:
     return False
 
 
-_HALF_CHECKPOINT_METHODS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "marlin")
-_FP8_WEIGHT_METHODS = ("fp8", "fbgemm_fp8", "modelopt")
-
-
-def _dtype_for_gpu(
-    spec: InferenceServerSpec,
-    size: ModelSize | None,
-    weights: WeightFormat | None,
-    sizing_engine: Engine,
-    gpu: GpuFacts,
-) -> tuple[str | None, list[str]]:
-    """The --dtype to render instead of the spec's (None: the spec's), refusing what the GPU cannot run."""
-    cc = gpu.capability
-    if cc is None:
-        return None, []
-    engine = spec.engine
-    where = f"compute capability {cc} ({gpu.capability_source})"
-    if engine.dtype == "bfloat16" and cc < BF16_MIN:
-        raise PlanError(
-            "spec.engine.dtype",
-            f"bfloat16 needs GPUs of compute capability {BF16_MIN} or higher; these GPUs have {where}: use dtype half",
-        )
-    method = weights.method if weights else engine.quantization
-    if method in _FP8_WEIGHT_METHODS and cc < FP8_MIN:
-        field_name = "spec.engine.quantization" if engine.quantization else "spec.model.name"
-        raise PlanError(
-            field_name,
-            f"FP8 weights need GPUs of compute capability {FP8_MIN} or higher; these GPUs have {where}: "
-            "use a 16-bit, AWQ or GPTQ checkpoint",
-        )
-    if engine.kv_cache_dtype.startswith("fp8") and cc < FP8_MIN:
-        raise PlanError(
-            "spec.engine.kvCacheDtype",
-            f"an FP8 KV cache needs GPUs of compute capability {FP8_MIN} or higher; these GPUs have {where}: "
-            "use kvCacheDtype auto",
-        )
-    if engine.dtype != "auto" or cc >= BF16_MIN:
-        return None, []
-    native = "float16" if method in _HALF_CHECKPOINT_METHODS else (size.torch_dtype if size else None)
-    if native is not None and native != "bfloat16":
-        return None, []
-    if sizing_engine.casts_bf16_to_half():
-        return None, [f"vLLM {sizing_engine.release.text} runs this bfloat16 checkpoint in float16 on {where}"]
-    return "half", [
-        f"dtype auto would load bfloat16 weights, which GPUs of {where} cannot run and vLLM "
-        f"{sizing_engine.release.text} does not convert: rendered --dtype half"
-    ]
-
-
-def model_context(size: ModelSize | None, release: Release) -> tuple[int | None, int | None]:
-    """(the longest max_model_len vLLM accepts for the model, the one it picks when none is given)."""
-    if size is None or size.max_context is None:
-        return None, None
-    longest = size.max_context
-    if size.family == "gemma-2" and release <= GEMMA2_WINDOW_CAP_UNTIL and size.sliding_window is not None:
-        longest = min(longest, size.sliding_window.tokens)
-    default = longest
-    if size.original_context is not None and release >= LONGROPE_ORIGINAL_DEFAULT:
-        default = min(longest, size.original_context)
-    return longest, default
-
-
 def _startup_seconds(size: ModelSize | None, weights: WeightFormat | None) -> int:
     if size is None or size.parameters_b is None:
         return UNSIZED_STARTUP_SECONDS
     total_gib = weight_gib(size, weights or WeightFormat(None, 16.0, "assumed"), 1)
     # Downloading and loading weights dominates start-up: budget about 10 s per GiB.
     return int(min(max(MIN_STARTUP_SECONDS, 300 + 10 * total_gib), MAX_STARTUP_SECONDS))
-
-
-def _ollama(
-    spec: InferenceServerSpec, served_name: str, defaults: Defaults, max_model_len: int | None
-) -> OllamaPlan | None:
-    ollama = spec.fallback.ollama if spec.fallback else None
-    if ollama is None or not ollama.enabled:
-        return None
-    if not ollama.model:
-        raise PlanError("spec.fallback.ollama.model", "is required when the Ollama fallback is enabled")
-    if not is_valid_name(ollama.model):
-        raise PlanError(
-            "spec.fallback.ollama.model",
-            f"{ollama.model!r} is not a model name Ollama accepts: {OLLAMA_NAME_RULE}",
-        )
-    context = library_context(ollama.model)
-    length = max_model_len if context is None or max_model_len is None else min(max_model_len, context)
-    return OllamaPlan(
-        image=ollama.image or defaults.ollama_image,
-        model=ollama.model,
-        served_name=served_name,
-        mode=ollama.mode,
-        activate_after_seconds=ollama.activate_after_seconds,
-        recover_after_seconds=ollama.recover_after_seconds,
-        spec=ollama,
-        context_length=length,
-        store_size=str(ollama.store.size) if ollama.store.size is not None else f"{store_size_gib(ollama.model)}Gi",
-    )
-
-
-OLLAMA_NAME_RULE = (
-    "[host/][namespace/]name[:tag] of letters, digits, '_', '-' and '.', no '.' in the namespace, "
-    f"at most {MAX_NAME} characters"
-)
-
-
-def _served_name(spec: InferenceServerSpec) -> tuple[str, list[str]]:
-    """The OpenAI model id clients send. With the Ollama fallback it must be a name Ollama accepts too: a model
-    given as a path is served under its last component; an explicit servedName Ollama rejects is refused."""
-    explicit = spec.model.served_name
-    name = explicit or spec.model.name
-    ollama = spec.fallback.ollama if spec.fallback else None
-    if ollama is None or not ollama.enabled or is_valid_name(name):
-        return name, []
-    if explicit:
-        raise PlanError(
-            "spec.model.servedName",
-            f"{explicit!r} is not a model name Ollama accepts ({OLLAMA_NAME_RULE}), and the Ollama fallback "
-            f"serves the same id; choose one such as {derived_name(explicit)!r}",
-        )
-    derived = derived_name(spec.model.name)
-    return derived, [
-        f"clients send model {derived!r}: {spec.model.name} is not a name Ollama accepts, so vLLM and the Ollama "
-        "fallback both serve it under that id (set spec.model.servedName to choose another)"
-    ]
 
 
 def _memory_estimate(fit: Fit, tokens: int) -> MemoryEstimate:
@@ -474,11 +311,11 @@ def plan(
     release = Release(version)
     engine = engine_for(release, _env(spec))
     size, sizing_text = resolve_size(spec)
-    gpu = _gpu_facts(spec, facts)
+    gpu = gpu_facts_for(spec, facts)
     weights = weight_format(spec.engine.dtype, spec.engine.quantization, inferred_quantization(spec.model.name))
     if weights is not None and weights.source == "model id":
         sizing_text += f"; weights sized as {weights.describe()}"
-    dtype_flag, dtype_warnings = _dtype_for_gpu(spec, size, weights, engine, gpu)
+    dtype_flag, dtype_warnings = dtype_for_gpu(spec, size, weights, engine, gpu)
     warnings.extend(dtype_warnings)
 
     context, default_len = model_context(size, release)
@@ -557,7 +394,7 @@ def plan(
 
     _check_batched_tokens(spec, engine, sizing.chunked, target_len, version)
 
-    served_name, name_warnings = _served_name(spec)
+    served_name, name_warnings = served_id(spec)
     warnings.extend(name_warnings)
     engine_spec = spec.engine if dtype_flag is None else spec.engine.model_copy(update={"dtype": dtype_flag})
     args, arg_warnings = build_args(
@@ -595,7 +432,7 @@ def plan(
         memory=memory,
         sizing=sizing_text,
         startup_seconds=startup,
-        ollama=_ollama(spec, served_name, defaults, target_len),
+        ollama=ollama_plan(spec, served_name, defaults, target_len),
         warnings=tuple(warnings),
         engine=engine.label,
         dtype=dtype_flag or spec.engine.dtype,

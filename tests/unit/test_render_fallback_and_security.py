@@ -246,3 +246,12 @@ def test_run_as_non_root_is_optional_per_pod() -> None:
     [ollama_container] = ollama["spec"]["containers"]
     assert "runAsNonRoot" not in ollama_container["securityContext"]
     assert baseline_violations(vllm) == baseline_violations(ollama) == []
+
+
+def test_without_a_store_ollama_keeps_its_models_in_the_pod() -> None:
+    spec = with_fallback("meta-llama/Llama-3.1-8B-Instruct")
+    spec["fallback"]["ollama"]["store"] = {"enabled": False}
+    docs = objects(plan(server(spec), CATALOG, FACTS))
+    assert not by_kind(docs, "PersistentVolumeClaim")
+    [volume] = ollama_deployment(docs)["spec"]["template"]["spec"]["volumes"]
+    assert volume == {"name": "models", "emptyDir": {}}

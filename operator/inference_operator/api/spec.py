@@ -285,6 +285,11 @@ class OllamaResources(ApiModel):
 
 
 class OllamaStoreSpec(ApiModel):
+    enabled: bool = Field(
+        default=True,
+        description="Keep Ollama's models on a retained claim; false keeps them in the pod (an emptyDir), for "
+        "clusters without a storage class, at the price of a new pull on every start.",
+    )
     size: Quantity | None = Field(
         default=None,
         description="Size of the claim that keeps Ollama's models across restarts; from the model's tag when not set "

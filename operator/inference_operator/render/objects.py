@@ -292,7 +292,7 @@ def ollama_objects(plan: LaunchPlan, owner: Owner | None, replicas: int) -> list
         resources={"requests": requests, "limits": limits},
         env=_ollama_env(plan),
         store_mount=OLLAMA_STORE_MOUNT,
-        store_claim=ollama_store_name(plan),
+        store_claim=ollama_store_name(plan) if ollama.spec.store.enabled else None,
         pod_security=pod_security(ollama.spec.pod_security),
         container_security=container_security(ollama.spec.pod_security),
     )
@@ -332,7 +332,7 @@ def ollama_store_pvc(plan: LaunchPlan) -> dict[str, Any] | None:
     """Ollama's model store. It has no owner, like a retained model cache: deleting the server keeps the pulled
     models, and a failover never pulls them again."""
     ollama = plan.ollama
-    if ollama is None:
+    if ollama is None or not ollama.spec.store.enabled:
         return None
     labels = {k: v for k, v in common_labels(plan, ROLE_OLLAMA).items() if k != LABEL_ROLE}
     labels["app.kubernetes.io/component"] = "fallback-model-store"

@@ -240,3 +240,19 @@ def test_v0_profiles_the_whole_max_length_and_v1_one_batch() -> None:
     # (3 x 4096 + 3 x 14336) x 2 bytes a token: 30000 tokens on V0, one 8192-token batch on V1 (an 80 GiB GPU).
     per_token = (3 * 4096 + 3 * 14336) * 2 / 2**30
     assert v0.memory.overhead_gib - v1.memory.overhead_gib == pytest.approx(per_token * (30000 - 8192), abs=0.02)
+
+
+def test_a_model_known_only_by_its_parameter_count_is_still_checked_for_weight_memory() -> None:
+    only_size = {"parameters": "17B"}
+    facts = gpu("NVIDIA-GeForce-RTX-2080-Ti", 3)
+    big = {"model": {"name": "example/dense-17b", "architecture": only_size}, "engine": {"tensorParallelSize": 3}}
+    with pytest.raises(PlanError, match=r"10\.6 GiB of weights per GPU") as e:
+        plan(server({**big, "engine": {"version": "0.10.2", "tensorParallelSize": 3}}), CATALOG, facts)
+    assert e.value.field == "spec.resources.gpus"
+    auto = {
+        "model": {"name": "example/dense-7b", "architecture": {"parameters": "7B"}},
+        "engine": {"version": "0.10.2"},
+    }
+    p = plan(server(auto), CATALOG, facts)
+    assert p.tensor_parallel_size == 2
+    assert any("from the weights alone" in w for w in p.warnings)

@@ -17,6 +17,7 @@ from .memory import (
     WeightFormat,
     estimate,
     kv_bytes_per_element,
+    non_torch_gib,
     weight_format,
     weight_gib,
 )
@@ -178,6 +179,15 @@ def _fit_for(sizing: _Sizing, spec: InferenceServerSpec, tp: int, pp: int) -> Fi
     )
 
 
+def _free_after_weights(sizing: _Sizing, spec: InferenceServerSpec, tp: int, pp: int) -> float | None:
+    """GiB per GPU left after the weights and non-torch memory, when only the parameter count is known."""
+    size, gpu_memory = sizing.size, sizing.gpu.memory_gib
+    if size is None or size.parameters_b is None or gpu_memory is None or sizing.weights is None:
+        return None
+    available = max(0.0, gpu_memory - DRIVER_RESERVED_GIB) * spec.engine.gpu_memory_utilization
+    return available - weight_gib(size, sizing.weights, tp * pp) - non_torch_gib(tp)
+
+
 def _tp_divides(heads: int | None, kv_heads: int | None, tp: int) -> bool:
     """vLLM's rule: TP divides the attention heads, and the KV heads divide by TP or TP by the KV heads."""
     if heads is not None and heads % tp != 0:
@@ -247,6 +257,14 @@ def choose_parallelism(
     candidates = valid_tensor_parallel_sizes(size, max(1, per_node // pp))
     fits = [(t, _fit_for(sizing, spec, t, pp)) for t in candidates]
     if all(f is None for _, f in fits):
+        for t in candidates:
+            free = _free_after_weights(sizing, spec, t, pp)
+            if free is not None and free > 0:
+                return (
+                    t,
+                    pp,
+                    [f"tensorParallelSize auto chose {t} from the weights alone: the model's sizes are incomplete"],
+                )
         return 1, pp, ["tensorParallelSize auto chose 1: the model or GPU memory size is unknown"]
     for t, fit in fits:
         if fit is not None and (fit.fits(target_len) if target_len else fit.weights_fit()):
@@ -385,6 +403,16 @@ def plan(
             flag_len = longest
         if target_len is not None:
             memory = _memory_estimate(fit, target_len)
+    elif (free := _free_after_weights(sizing, spec, tp, pp)) is not None and free <= 0:
+        assert size is not None
+        assert weights is not None
+        per_gpu = weight_gib(size, weights, tp * pp)
+        raise PlanError(
+            "spec.resources.gpus",
+            f"the model does not fit: {per_gpu:.1f} GiB of weights per GPU ({weights.describe()}) and buffers exceed "
+            f"the {free + per_gpu:.1f} GiB left of {gpu.memory_gib:g} GiB GPUs at gpuMemoryUtilization "
+            f"{spec.engine.gpu_memory_utilization:g} with tensorParallelSize {tp} and pipelineParallelSize {pp}",
+        )
     elif size is not None and size.complete() and gpu.memory_gib is not None:
         sizing_text += (
             f"; memory check skipped: bit width of {spec.engine.quantization} weights depends on the checkpoint"

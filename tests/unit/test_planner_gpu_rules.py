@@ -256,3 +256,14 @@ def test_a_model_known_only_by_its_parameter_count_is_still_checked_for_weight_m
     p = plan(server(auto), CATALOG, facts)
     assert p.tensor_parallel_size == 2
     assert any("from the weights alone" in w for w in p.warnings)
+
+
+def test_a_window_on_every_layer_caps_the_kv_cache_on_every_release() -> None:
+    facts = gpu("NVIDIA-H100-80GB-HBM3")
+    for version in ("0.6.6.post1", "0.10.2"):
+        v01 = plan(server(spec("mistralai/Mistral-7B-Instruct-v0.1", version, maxModelLen=32768)), CATALOG, facts)
+        v03 = plan(server(spec("mistralai/Mistral-7B-Instruct-v0.3", version, maxModelLen=32768)), CATALOG, facts)
+        assert v01.memory is not None
+        assert v03.memory is not None
+        # 4096 of 32768 tokens are kept.
+        assert v01.memory.kv_cache_per_sequence_gib == pytest.approx(v03.memory.kv_cache_per_sequence_gib / 8, abs=0.01)

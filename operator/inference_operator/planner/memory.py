@@ -173,7 +173,11 @@ def estimate(
     layers_per_stage = math.ceil(layers / pp)
     kv_heads_per_gpu = max(1, math.ceil((size.kv_heads or 0) / tp))
     per_layer = 2 * kv_heads_per_gpu * (size.head_dim or 0) * kv_bytes
-    window = size.sliding_window if engine.hybrid_kv() else None
+    # A window on every layer (Mistral v0.1) has been honoured by every allocator; windows interleaved with full
+    # layers (Gemma 2 and 3) only by the hybrid one.
+    window = size.sliding_window
+    if window is not None and window.global_every != 1 and not engine.hybrid_kv():
+        window = None
     if window is None:
         full_layers, window_layers, window_tokens = layers_per_stage, 0, 0
     else:

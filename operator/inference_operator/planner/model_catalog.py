@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -158,8 +158,15 @@ def canonical_name(model: str) -> str:
     return base
 
 
+# Mistral-7B v0.1 slides every layer over 4096 tokens and has the 32000-token vocabulary; v0.2 and v0.3 do not.
+_MISTRAL_V01 = re.compile(r"mistral-7b.*v0\.1", re.IGNORECASE)
+
+
 def lookup(model: str) -> ModelSize | None:
-    return _BY_NAME.get(canonical_name(model))
+    found = _BY_NAME.get(canonical_name(model))
+    if found is not None and found.name == "mistral-7b" and _MISTRAL_V01.search(model):
+        return replace(found, sliding_window=SlidingWindow(4096, 1), vocab_size=32000)
+    return found
 
 
 # Suffixes of quantized checkpoints in model ids, and the method and nominal bits vLLM reads from their config.

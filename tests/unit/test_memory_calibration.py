@@ -28,8 +28,10 @@ class Published:
     gpu_total_gib: float  # total_gpu_memory of the log
 
     def estimate(self) -> float:
+        # Weights do not depend on the GPU: they are read from a plan on one large enough to accept the model.
+        total = max(self.gpu_total_gib, 80.0) if self.what == "weights" else self.gpu_total_gib
         facts = ClusterFacts(
-            gpu_memory_gib=self.gpu_total_gib + DRIVER_RESERVED_GIB,
+            gpu_memory_gib=total + DRIVER_RESERVED_GIB,
             gpu_memory_source=self.source,
             max_gpus_per_node=8,
         )
@@ -50,6 +52,7 @@ def _spec(model: str, version: str, tp: int, **engine: Any) -> dict[str, Any]:
 
 LLAMA31_8B_3090_20K = _spec("meta-llama/Llama-3.1-8B-Instruct", "0.6.4", 1, maxModelLen=20000)
 LLAMA31_8B_3090_29K = _spec("meta-llama/Llama-3.1-8B-Instruct", "0.6.4", 1, maxModelLen=29000)
+QWEN25_7B_AWQ_4060 = _spec("Qwen/Qwen2.5-7B-Instruct-AWQ", "0.7.3", 1, maxModelLen=4096, gpuMemoryUtilization=0.7)
 LLAMA31_8B_3090_35K = _spec("meta-llama/Llama-3.1-8B-Instruct", "0.6.4", 1, maxModelLen=35000)
 
 PUBLISHED = [
@@ -67,6 +70,10 @@ PUBLISHED = [
     Published("vllm#10511", "weights", 14.96, _spec("meta-llama/Meta-Llama-3-8B", "0.6.5", 1), 79.22),
     Published("vllm#10511", "kv", 53.29, _spec("meta-llama/Meta-Llama-3-8B", "0.6.5", 1), 79.22),
     Published("vllm#10511", "weights", 7.48, _spec("meta-llama/Meta-Llama-3-8B", "0.6.5", 2), 79.22),
+    # RTX 4060 Laptop (8 GiB), vLLM 0.7 (V0), a 4-bit group-128 Qwen2.5-7B checkpoint at utilization 0.7 and
+    # --max-model-len 4096: "Loading model weights took 5.2032 GB", then no room for the KV cache ("the rest of the
+    # memory reserved for KV Cache is -1.05GiB"). https://github.com/vllm-project/vllm/issues/13882
+    Published("vllm#13882", "weights", 5.2032, QWEN25_7B_AWQ_4060, 8.0),
     # 8 x 141 GB H20, vLLM 0.6.4, Meta-Llama-3.1-70B-Instruct at TP 8 and gpu_memory_utilization 0.95:
     # "total_gpu_memory=139.72GiB ... kv_cache_size=110.52GiB". https://github.com/vllm-project/vllm/issues/10702
     Published(
@@ -94,3 +101,10 @@ def test_the_published_29k_refusal_is_a_refusal_with_the_logged_kv_cache() -> No
     left = re.search(r"but ([0-9.]+) GiB is left", str(refused.value))
     assert left is not None
     assert abs(float(left.group(1)) - 2.89) <= TOLERANCE * 2.89
+
+
+def test_the_published_4060_refusal_is_a_refusal() -> None:
+    # vllm#13882: 8 GiB at utilization 0.7 leaves no KV cache after 5.2 GiB of 4-bit weights.
+    facts = ClusterFacts(gpu_memory_gib=8.0 + DRIVER_RESERVED_GIB, gpu_memory_source="vllm#13882")
+    with pytest.raises(PlanError, match=r"the model does not fit: 5\.2 GiB of weights per GPU"):
+        plan(server(QWEN25_7B_AWQ_4060), CATALOG, facts)

@@ -267,3 +267,11 @@ def test_a_window_on_every_layer_caps_the_kv_cache_on_every_release() -> None:
         assert v03.memory is not None
         # 4096 of 32768 tokens are kept.
         assert v01.memory.kv_cache_per_sequence_gib == pytest.approx(v03.memory.kv_cache_per_sequence_gib / 8, abs=0.01)
+
+
+def test_v1_falls_back_to_v0_below_ampere_until_0_10_2() -> None:
+    small = spec("Qwen/Qwen2.5-1.5B-Instruct", "0.9.2", maxModelLen=4096)
+    assert plan(server(small), CATALOG, gpu("Tesla-T4")).engine == "V0"
+    assert plan(server(small), CATALOG, gpu("NVIDIA-L4")).engine == "V1"
+    newer = spec("Qwen/Qwen2.5-1.5B-Instruct", "0.10.2", maxModelLen=4096)
+    assert plan(server(newer), CATALOG, gpu("Tesla-T4")).engine == "V1"

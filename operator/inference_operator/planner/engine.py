@@ -1,7 +1,8 @@
 """How a vLLM release behaves where it matters for a plan: engine generation, dtype fallback, KV layout, context.
 
 Each threshold is the first release that carries the change (from vLLM's source and release history):
-- 0.8.0 made the V1 engine the default (VLLM_USE_V1=1); 0.11.0 removed V0.
+- 0.8.0 made the V1 engine the default (VLLM_USE_V1=1); 0.11.0 removed V0. Until 0.10.2 ("Enable V1 FP16
+  inference on pre-Ampere GPUs", vllm-project/vllm#24022) V1 fell back to V0 on GPUs below compute capability 8.0.
 - 0.9.0 casts a bfloat16 checkpoint to float16 by itself on GPUs below compute capability 8.0 ("Auto fallback to
   float16 for pre-Ampere GPUs", vllm-project/vllm#17265); older releases exit with "Bfloat16 is only supported on
   GPUs with compute capability of at least 8.0".
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .gpu_catalog import BF16_MIN, ComputeCapability
 from .model_catalog import ModelSize
 from .versions import Release
 
@@ -25,6 +27,7 @@ HYBRID_KV = Release("0.10.0")
 GEMMA2_WINDOW_CAP_UNTIL = Release("0.6.4.post1")
 LONGROPE_ORIGINAL_DEFAULT = Release("0.11.1")
 LARGE_GPU_BATCH_FROM = Release("0.9.0")
+V1_PRE_AMPERE = Release("0.10.2")
 
 # V0 turns chunked prefill on by itself above this context ("max_model_len > 32K"), then batches 512 tokens.
 V0_AUTO_CHUNKED_ABOVE = 32000
@@ -61,11 +64,16 @@ class Engine:
         return self.v1 and self.release >= HYBRID_KV
 
 
-def engine_for(release: Release, env: Iterable[tuple[str, str | None]]) -> Engine:
-    """V1 from 0.8.0 unless VLLM_USE_V1=0 asks for V0 on a release that still has it."""
+def engine_for(
+    release: Release, env: Iterable[tuple[str, str | None]], capability: ComputeCapability | None = None
+) -> Engine:
+    """V1 from 0.8.0, unless VLLM_USE_V1=0 asks for V0 on a release that still has it, or the GPU is older than
+    Ampere on a release whose V1 did not run there."""
     if release < V1_DEFAULT:
         return Engine(release, v1=False)
     if release < V0_REMOVED and _env_value(env, "VLLM_USE_V1") == "0":
+        return Engine(release, v1=False)
+    if capability is not None and capability < BF16_MIN and release < V1_PRE_AMPERE:
         return Engine(release, v1=False)
     return Engine(release, v1=True)
 

@@ -327,9 +327,9 @@ def plan(
     image = spec.engine.image or defaults.vllm_image
     version, flags, warnings = resolve_release(spec, image, catalog)
     release = Release(version)
-    engine = engine_for(release, _env(spec))
     size, sizing_text = resolve_size(spec)
     gpu = gpu_facts_for(spec, facts)
+    engine = engine_for(release, _env(spec), gpu.capability)
     weights = weight_format(spec.engine.dtype, spec.engine.quantization, inferred_quantization(spec.model.name))
     if weights is not None and weights.source == "model id":
         sizing_text += f"; weights sized as {weights.describe()}"

@@ -142,3 +142,13 @@ def test_the_gpu_flags_fill_each_other_in(tmp_path: Path, capsys: pytest.Capture
     err = refusal(capsys, "--gpu-product", "Imaginary-GPU", path)
     assert "--gpu-product Imaginary-GPU" in err
     assert "NVIDIA-A100-SXM4-80GB" in err
+
+
+def test_a_v0_refusal_suggests_chunked_prefill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    engine: dict[str, Any] = {"version": "0.6.3.post1", "maxModelLen": 29000}
+    spec = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": engine, "resources": {"gpus": 1}}
+    err = refusal(capsys, "--gpu-product", "NVIDIA-GeForce-RTX-3090", write(tmp_path, "long", spec))
+    assert "--enable-chunked-prefill" in err
+    chunked = {**spec, "engine": {**engine, "extraArgs": ["--enable-chunked-prefill"]}}
+    [row] = plan_json("--gpu-product", "NVIDIA-GeForce-RTX-3090", write(tmp_path, "chunked", chunked))
+    assert row["maxModelLen"] == 29000

@@ -32,6 +32,8 @@ UNSIZED_STARTUP_SECONDS = 1800
 # Tensor parallel sizes listed in an error when the nodes' GPU count is unknown.
 MAX_LISTED_TENSOR_PARALLEL = 64
 ALLOW_LONG_MAX_MODEL_LEN = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+# The planner lowers an unset maxModelLen to what fits, but not below this.
+MIN_LOWERED_LEN = 256
 
 
 @dataclass(frozen=True)
@@ -381,14 +383,20 @@ def plan(
             )
         if target_len is not None and not fit.fits(target_len):
             longest = fit.longest_sequence(target_len)
-            if requested_len is not None or longest < 256:
+            if requested_len is not None or longest < MIN_LOWERED_LEN:
+                hint = (
+                    "; this V0 release profiles a whole sequence at start-up: --enable-chunked-prefill in "
+                    "spec.engine.extraArgs profiles 512 tokens instead"
+                    if not engine.v1 and not sizing.chunked
+                    else ""
+                )
                 raise PlanError(
                     "spec.engine.maxModelLen",
                     f"one sequence of {target_len} tokens needs {fit.kv_sequence_gib(target_len):.2f} GiB of KV "
                     f"cache per GPU, but {fit.free_for_kv_gib(target_len):.2f} GiB is left after "
                     f"{fit.weights_gib:.2f} GiB of weights and {fit.overhead_gib(target_len):.2f} GiB of "
                     f"activations and buffers (vLLM {version}, {engine.label} engine); the longest that fits is "
-                    f"{longest} tokens",
+                    f"{longest} tokens{hint}",
                 )
             shorter = sizing_for(longest)
             if shorter.chunked != sizing.chunked:
@@ -396,6 +404,12 @@ def plan(
                 assert refit is not None
                 fit, sizing = refit, shorter
                 longest = fit.longest_sequence(longest)
+                if longest < MIN_LOWERED_LEN:
+                    raise PlanError(
+                        "spec.engine.maxModelLen",
+                        f"after the weights and a whole-sequence profiling step, fewer than {MIN_LOWERED_LEN} tokens "
+                        f"of KV cache fit per GPU (vLLM {version}, {engine.label} engine)",
+                    )
             warnings.append(
                 f"maxModelLen lowered from the model's {target_len} tokens to {longest} so that its KV cache fits"
             )

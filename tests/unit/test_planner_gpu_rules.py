@@ -275,3 +275,28 @@ def test_v1_falls_back_to_v0_below_ampere_until_0_10_2() -> None:
     assert plan(server(small), CATALOG, gpu("NVIDIA-L4")).engine == "V1"
     newer = spec("Qwen/Qwen2.5-1.5B-Instruct", "0.10.2", maxModelLen=4096)
     assert plan(server(newer), CATALOG, gpu("Tesla-T4")).engine == "V1"
+
+
+@pytest.mark.parametrize(
+    ("short", "product"),
+    [
+        ("RTX 4090", "NVIDIA-GeForce-RTX-4090"),
+        ("A100-80GB", "NVIDIA-A100-SXM4-80GB"),
+        ("a100 40gb", "NVIDIA-A100-SXM4-40GB"),
+        ("V100-32GB", "Tesla-V100-SXM2-32GB"),
+        ("T4", "Tesla-T4"),
+        ("2080-Ti", "NVIDIA-GeForce-RTX-2080-Ti"),
+    ],
+)
+def test_short_product_names_give_the_weakest_matching_gpu(short: str, product: str) -> None:
+    found, expected = gpu_model(short), gpu_model(product)
+    assert found is not None
+    assert expected is not None
+    assert (found.memory_mib, found.compute_capability) == (expected.memory_mib, expected.compute_capability)
+
+
+def test_an_ambiguous_short_name_plans_for_the_smallest_gpu() -> None:
+    a100 = gpu_model("A100")
+    assert a100 is not None
+    assert a100.memory_gib == 40.0
+    assert gpu_model("Imaginary-GPU") is None

@@ -112,13 +112,19 @@ def _key(product: str) -> str:
 
 
 def gpu_model(product: str) -> GpuModel | None:
-    """The catalog entry for a product name; accepts spaces for dashes, any case, and GFD's -SHARED suffix.
+    """The catalog entry for a product name; accepts spaces for dashes, any case, GFD's -SHARED suffix and short
+    names (`A100-80GB`, `RTX 4090`, `L4`). A short name that several products share gives the weakest of them
+    (least memory, then lowest compute capability), so a plan made with it holds on all of them.
 
     MIG slices (`-MIG-1g.10gb`) are not whole GPUs: their memory comes from the node label, never the catalog."""
     if re.search(r"-MIG-", product, re.IGNORECASE):
         return None
     key = _key(product)
-    found = _BY_KEY.get(key) or _BY_KEY.get("nvidia-" + key) or _BY_KEY.get("tesla-" + key)
-    if found is None:
-        found = _BY_KEY.get("nvidia-geforce-" + key.removeprefix("geforce-"))
-    return found
+    for candidate in (key, "nvidia-" + key, "tesla-" + key, "nvidia-geforce-" + key.removeprefix("geforce-")):
+        if candidate in _BY_KEY:
+            return _BY_KEY[candidate]
+    wanted = set(key.split("-")) - {"nvidia", "tesla", "geforce"}
+    matches = [g for name, g in _BY_KEY.items() if wanted and wanted <= set(name.split("-"))]
+    if not matches:
+        return None
+    return min(matches, key=lambda g: (g.memory_mib, g.compute_capability))

@@ -17,6 +17,7 @@ from .api import KIND, InferenceServer
 from .api.crd import crd_yaml
 from .controller.options import add_run_arguments
 from .planner import ClusterFacts, Defaults, LaunchPlan, PlanError, load_flag_catalog, plan
+from .planner.gpu_catalog import GPUS, ComputeCapability, gpu_model
 from .planner.vllm_args import VLLM_COMMAND
 from .render import objects, revision
 
@@ -74,6 +75,9 @@ def _plan_row(p: LaunchPlan) -> dict[str, Any]:
         "model": p.spec.model.name,
         "revision": revision(p),
         **status,
+        "engine": p.engine,
+        "dtype": p.dtype,
+        **({"gpuComputeCapability": p.compute_capability} if p.compute_capability else {}),
         "command": [*VLLM_COMMAND, *p.args],
     }
 
@@ -109,9 +113,34 @@ def _table(plans: list[LaunchPlan], out: TextIO) -> None:
 
 
 def _facts(args: argparse.Namespace) -> ClusterFacts:
-    if args.gpu_memory_gib is None:
-        return ClusterFacts()
-    return ClusterFacts(gpu_memory_gib=args.gpu_memory_gib, gpu_memory_source="--gpu-memory-gib")
+    """The GPU the command line describes: --gpu-product fills in what --gpu-memory-gib and
+    --gpu-compute-capability do not give."""
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise InputError(f"--gpus-per-node {args.gpus_per_node}: must be 1 or more")
+    product = gpu_model(args.gpu_product) if args.gpu_product else None
+    if args.gpu_product and product is None:
+        known = ", ".join(g.product for g in GPUS)
+        raise InputError(f"--gpu-product {args.gpu_product}: not a GPU this version knows; known products: {known}")
+    memory, memory_source = args.gpu_memory_gib, "--gpu-memory-gib"
+    if memory is None and product is not None:
+        memory, memory_source = product.memory_gib, f"--gpu-product {product.product}"
+    capability, capability_source = None, ""
+    if args.gpu_compute_capability is not None:
+        try:
+            capability = ComputeCapability.parse(args.gpu_compute_capability)
+        except ValueError as err:
+            raise InputError(f"--gpu-compute-capability: {err}") from err
+        capability_source = "--gpu-compute-capability"
+    elif product is not None:
+        capability, capability_source = product.compute_capability, f"--gpu-product {product.product}"
+    return ClusterFacts(
+        gpu_memory_gib=memory,
+        gpu_memory_source=memory_source if memory is not None else "",
+        max_gpus_per_node=args.gpus_per_node,
+        compute_capability=capability,
+        compute_capability_source=capability_source,
+        gpu_product=product.product if product else args.gpu_product,
+    )
 
 
 def _defaults(args: argparse.Namespace) -> Defaults:
@@ -166,6 +195,18 @@ def parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("files", nargs="+", help="InferenceServer YAML files (- for standard input)")
         cmd.add_argument("--gpu-memory-gib", type=float, help="GPU memory to plan with when the spec does not say")
+        cmd.add_argument(
+            "--gpu-compute-capability", metavar="X.Y", help="compute capability of the GPUs, such as 7.5 or 8.9"
+        )
+        cmd.add_argument(
+            "--gpu-product",
+            metavar="NAME",
+            help="GPU product as GPU feature discovery labels it (NVIDIA-A100-SXM4-80GB, Tesla-T4); "
+            "gives the memory and compute capability not set otherwise",
+        )
+        cmd.add_argument(
+            "--gpus-per-node", type=int, metavar="N", help="GPUs of the largest node: bounds tensor parallelism"
+        )
         cmd.add_argument("--vllm-image", help="default vLLM image (as the operator's --vllm-image)")
         cmd.add_argument("--ollama-image", help="default Ollama image (as the operator's --ollama-image)")
         return cmd

@@ -199,7 +199,10 @@ async def test_more_gpus_than_any_node_has_is_reported_within_seconds(
         what="Ready=False with reason Unschedulable",
     )
     assert time.monotonic() - started <= 10
-    assert "nvidia.com/gpu" in condition(obj, "Ready")["message"]
+    assert "more than the 8 GPUs of the largest eligible node" in condition(obj, "Ready")["message"]
+    assert condition(obj, "Stalled")["status"] == "True"
+    await servers.wait_event("tp16", "Unschedulable", timeout=10)
+    assert await servers.deployments("tp16") == []
 
 
 # Status lost mid-switch ---------------------------------------------------------------------------------

@@ -84,6 +84,36 @@ class TrafficWatch:
         return seen
 
 
+async def volume_for_claims(servers: Servers, size: str) -> str:
+    """No provisioner here: claims bind to volumes made by hand (no storage class on either side)."""
+    name = f"{servers.namespace}-store-{size.lower()}"
+    await servers.core.create_persistent_volume(client.V1PersistentVolume(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PersistentVolumeSpec(capacity={"storage": size}, access_modes=["ReadWriteOnce"],
+                                           host_path=client.V1HostPathVolumeSource(path=f"/tmp/{name}"),
+                                           persistent_volume_reclaim_policy="Retain", storage_class_name=""),
+    ))  # fmt: skip
+    return name
+
+
+# Ollama's model store is a claim; the volumes above have no storage class.
+OLLAMA_STORE = {"storageClassName": ""}
+STORE_COMPONENT = "app.kubernetes.io/component=fallback-model-store"
+
+
+async def kept_store_removed(servers: Servers, volume: str) -> None:
+    """Check that Ollama's store outlived its deleted server, bound to `volume`; then remove both."""
+    claims = await servers.core.list_namespaced_persistent_volume_claim(
+        servers.namespace, label_selector=STORE_COMPONENT
+    )
+    [store] = claims.items
+    assert store.metadata.deletion_timestamp is None
+    assert not store.metadata.owner_references
+    assert store.spec.volume_name == volume
+    await servers.core.delete_namespaced_persistent_volume_claim(store.metadata.name, servers.namespace)
+    await servers.core.delete_persistent_volume(volume)
+
+
 async def ready_server(servers: Servers, name: str, spec: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
     await servers.create(name, spec)
     return await servers.wait_condition(name, "Ready", "True", timeout=timeout)
@@ -209,13 +239,14 @@ async def test_auto_bridges_through_ollama_when_the_old_revision_holds_every_gpu
 ) -> None:
     await wait_for_free_gpus(api, 32)
     operator_factory()
+    volume = await volume_for_claims(servers, "5Gi")
     spec = {
         "model": {"name": "meta-llama/Llama-3.3-70B-Instruct"},
         "engine": {**ENGINE, "tensorParallelSize": 8},
         "resources": {"gpus": 8},
         "replicas": 4,
         "rollout": {"strategy": "Auto"},
-        "fallback": {"ollama": {"model": "llama3.2:1b", "mode": "Standby"}},
+        "fallback": {"ollama": {"model": "llama3.2:1b", "mode": "Standby", "store": OLLAMA_STORE}},
     }
     obj = await ready_server(servers, "bridge", spec, timeout=90)
     old = obj["status"]["activeRevision"]
@@ -233,17 +264,21 @@ async def test_auto_bridges_through_ollama_when_the_old_revision_holds_every_gpu
     watch.assert_one_backend_at_a_time()
     assert watch.backends_seen() == [old, "ollama", new]
     await servers.wait_event("bridge", "RolloutBridging")
+    await servers.delete("bridge")
+    await wait_for(lambda: servers.deployments("bridge"), lambda d: not d, timeout=60, what="bridge GC")
+    await kept_store_removed(servers, volume)
 
 
 # 5 --------------------------------------------------------------------------------------------
 async def test_unready_vllm_fails_over_to_ollama_and_back(operator_factory: Start, servers: Servers) -> None:
     operator_factory()
+    volume = await volume_for_claims(servers, "5Gi")
     activate, recover = 5, 5
     spec = {
         "model": SMALL,
         "engine": ENGINE,
         "fallback": {"ollama": {"model": "llama3.2:1b", "activateAfterSeconds": activate,
-                                "recoverAfterSeconds": recover}},
+                                "recoverAfterSeconds": recover, "store": OLLAMA_STORE}},
     }  # fmt: skip
     obj = await ready_server(servers, "fo", spec)
     rev = obj["status"]["activeRevision"]
@@ -287,6 +322,11 @@ async def test_unready_vllm_fails_over_to_ollama_and_back(operator_factory: Star
     await servers.wait_condition("fo", "FallbackActive", "False", timeout=10)
     await servers.wait_event("fo", "FallbackActivated")
     await servers.wait_event("fo", "FallbackRecovered")
+
+    # Ollama's models stay on their claim when the server goes: a new server finds them pulled.
+    await servers.delete("fo")
+    await wait_for(lambda: servers.deployments("fo"), lambda d: not d, timeout=60, what="fo GC")
+    await kept_store_removed(servers, volume)
 
 
 # 6 --------------------------------------------------------------------------------------------

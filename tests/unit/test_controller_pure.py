@@ -235,3 +235,28 @@ def test_status_keeps_transition_times_while_conditions_hold_and_round_trips_mem
         "metadata": {"labels": {"inference-operator.dev/role": "vllm", "inference-operator.dev/revision": "a"}}
     }
     assert read_memory(second, service, [deployment], "a", "Auto", NOW, 2) == mem
+
+
+def test_gpu_facts_read_the_compute_capability_and_fill_in_from_the_product() -> None:
+    nodes = [
+        node(
+            "a100",
+            8,
+            "81920",
+            "NVIDIA-A100-SXM4-80GB",
+            **{"nvidia.com/gpu.compute.major": "8", "nvidia.com/gpu.compute.minor": "0"},
+        ),
+        # Only a product label: memory and compute capability come from the GPU catalog.
+        node("t4", 1, None, "Tesla-T4"),
+    ]
+    facts = gpu_facts(nodes, {}, "nvidia.com/gpu")
+    assert facts.gpu_memory_gib == 15.0
+    assert "GPU catalog (Tesla-T4)" in facts.gpu_memory_source
+    assert str(facts.compute_capability) == "7.5"
+    assert "Tesla-T4" in facts.compute_capability_source
+    assert facts.gpu_product == "Tesla-T4"
+    only_a100 = gpu_facts(nodes[:1], {}, "nvidia.com/gpu")
+    assert str(only_a100.compute_capability) == "8.0"
+    assert "nvidia.com/gpu.compute.major" in only_a100.compute_capability_source
+    unknown = gpu_facts([node("x", 2, None, "Some-Future-GPU")], {}, "nvidia.com/gpu")
+    assert (unknown.gpu_memory_gib, unknown.compute_capability, unknown.max_gpus_per_node) == (None, None, 2)

@@ -301,6 +301,37 @@ class OllamaResources(ApiModel):
     gpus: int = Field(default=0, ge=0, le=8)
 
 
+class OllamaStoreSpec(ApiModel):
+    enabled: bool = Field(
+        default=True,
+        description="Keep Ollama's models on a retained claim; false keeps them in the pod (an emptyDir), for "
+        "clusters without a storage class, at the price of a new pull on every start.",
+    )
+    size: Quantity | None = Field(
+        default=None,
+        description="Size of the claim that keeps Ollama's models across restarts; from the model's tag when not set "
+        "(its 4-bit file and 2Gi, or 20Gi when the tag names no size).",
+    )
+    storage_class_name: str | None = Field(default=None, max_length=253)
+
+
+class PodSecuritySpec(ApiModel):
+    """Who the containers run as. They always run without privilege escalation, with every capability dropped
+    and the runtime's default seccomp profile (the Pod Security "baseline" level and more)."""
+
+    run_as_non_root: bool = Field(
+        default=False,
+        description="Run as a non-root user; only for images that support it (the vllm/vllm-openai and "
+        "ollama/ollama images run as root).",
+    )
+    run_as_user: int | None = Field(
+        default=None, ge=1, le=2147483647, description="User id with runAsNonRoot; defaults to 1000."
+    )
+    fs_group: int | None = Field(
+        default=None, ge=1, le=2147483647, description="Group that owns the mounted volumes; defaults to runAsUser."
+    )
+
+
 class OllamaSpec(ApiModel):
     model_config = _validated(
         ("!self.enabled || has(self.model)", "model is required when the Ollama fallback is enabled", ".model")
@@ -324,6 +355,14 @@ class OllamaSpec(ApiModel):
     )
     recover_after_seconds: int = Field(
         default=120, ge=0, le=86400, description="Seconds vLLM must stay ready before traffic moves back."
+    )
+    store: OllamaStoreSpec = Field(
+        default_factory=OllamaStoreSpec,
+        json_schema_extra=_obj_default(),
+        description="The retained claim holding Ollama's models, so that a failover does not pull them again.",
+    )
+    pod_security: PodSecuritySpec = Field(
+        default_factory=PodSecuritySpec, json_schema_extra=_obj_default(), description="Who the Ollama pod runs as."
     )
 
 
@@ -376,6 +415,9 @@ class InferenceServerSpec(ApiModel):
         default_factory=ServiceSpec, json_schema_extra=_obj_default(), description="The stable endpoint Service."
     )
     pod_metadata: PodMetadata | None = Field(default=None, description="Labels and annotations for the vLLM pods.")
+    pod_security: PodSecuritySpec = Field(
+        default_factory=PodSecuritySpec, json_schema_extra=_obj_default(), description="Who the vLLM pods run as."
+    )
 
 
 __all__ = [
@@ -388,7 +430,9 @@ __all__ = [
     "InferenceServerSpec",
     "ModelSpec",
     "OllamaSpec",
+    "OllamaStoreSpec",
     "PodMetadata",
+    "PodSecuritySpec",
     "ResourcesSpec",
     "RolloutSpec",
     "SchedulingSpec",

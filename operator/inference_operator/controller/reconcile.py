@@ -33,6 +33,7 @@ from ..render import (
     cache_pvc,
     ollama_name,
     ollama_objects,
+    ollama_store_pvc,
     pdb,
     revision,
     stable_service,
@@ -360,6 +361,24 @@ class _Writer:
         return None
 
 
+async def _ensure_claim(ctx: Context, writer: _Writer, claim: dict[str, Any], children: Children) -> None:
+    """A claim the server made is kept in line; one of that name made by anyone else is mounted as it is and
+    never written, owned or deleted."""
+    meta = claim["metadata"]
+    found = children.claims.get(meta["name"])
+    if found is None:
+        found = await ctx.kube.get("v1", "PersistentVolumeClaim", meta["namespace"], meta["name"])
+    if found is not None and not owned(found, writer.uid):
+        return
+    try:
+        await writer.ensure(claim, found)
+    except ApiException as err:
+        if err.status not in (409, 422):
+            raise
+        # Most of a bound claim's spec is immutable: a size or class changed by hand stays as the cluster has it.
+        log.warning("claim %s/%s not updated: %s", meta["namespace"], meta["name"], err.reason)
+
+
 async def _apply_children(
     ctx: Context, launch: LaunchPlan, planned: Planned, owner: Owner, decision: Decision, children: Children
 ) -> Conflict | None:
@@ -368,20 +387,9 @@ async def _apply_children(
     live_by_name = {d["metadata"]["name"]: d for d in children.deployments}
     rev = planned.revision
 
-    pvc = cache_pvc(launch, owner)
-    if pvc is not None:
-        claim = pvc["metadata"]["name"]
-        found = children.claims.get(claim)
-        if found is None:
-            found = await kube.get("v1", "PersistentVolumeClaim", ns, claim)
-        if found is None or owned(found, owner.uid):
-            try:
-                await writer.ensure(pvc, found)
-            except ApiException as err:
-                if err.status not in (409, 422):
-                    raise
-                log.warning("model cache claim %s/%s not updated: %s", ns, claim, err.reason)
-        # A claim of that name made by anyone else is mounted as it is and never written or owned.
+    for claim in (cache_pvc(launch, owner), ollama_store_pvc(launch, owner)):
+        if claim is not None:
+            await _ensure_claim(ctx, writer, claim, children)
 
     # New revision first, then the Service, then the old revisions: traffic moves before pods go.
     if rev in decision.deployments:

@@ -4,7 +4,8 @@ from .errors import PlanError
 from .flag_catalog import FlagCatalog, FlagSet, load_flag_catalog
 from .inputs import NO_FACTS, ClusterFacts, Defaults
 from .model_catalog import CATALOG, ModelSize, canonical_name, lookup
-from .plan import LaunchPlan, OllamaPlan, plan
+from .ollama import OllamaPlan
+from .plan import LaunchPlan, plan
 from .versions import Release, release_from_image
 
 __all__ = [

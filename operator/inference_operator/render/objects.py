@@ -11,12 +11,16 @@ from typing import Any, Literal
 import jinja2
 import yaml
 
-from ..api import API_VERSION, KIND, SchedulingSpec
+from ..api import API_VERSION, KIND, PodSecuritySpec, SchedulingSpec
 from ..api.types import quantity_bytes
 from ..planner import LaunchPlan
 from ..planner.vllm_args import SERVING_PORT, VLLM_COMMAND
 
 CACHE_MOUNT = "/models"
+OLLAMA_STORE_MOUNT = "/ollama"
+# A home that any user may write: a non-root user cannot write the images' /root.
+NON_ROOT_HOME = "/tmp"
+DEFAULT_NON_ROOT_USER = 1000
 ROLE_VLLM: Literal["vllm"] = "vllm"
 ROLE_OLLAMA: Literal["ollama"] = "ollama"
 LABEL_SERVER = "inference-operator.dev/server"
@@ -102,6 +106,32 @@ def ollama_name(plan: LaunchPlan) -> str:
     return f"{plan.name}-ollama"
 
 
+def ollama_store_name(plan: LaunchPlan) -> str:
+    """The claim that keeps the Ollama fallback's pulled models; retained when the server is deleted."""
+    return f"{plan.name}-ollama-models"
+
+
+def container_security(security: PodSecuritySpec) -> dict[str, Any]:
+    """Pod Security "baseline" and the restricted level's container rules; non-root when asked for."""
+    context: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if security.run_as_non_root:
+        user = security.run_as_user or DEFAULT_NON_ROOT_USER
+        context.update(runAsNonRoot=True, runAsUser=user, runAsGroup=user)
+    return context
+
+
+def pod_security(security: PodSecuritySpec) -> dict[str, Any]:
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if security.run_as_non_root:
+        user = security.run_as_user or DEFAULT_NON_ROOT_USER
+        context.update(runAsNonRoot=True, fsGroup=security.fs_group or user)
+    return context
+
+
 def cache_claim_name(plan: LaunchPlan) -> str | None:
     cache = plan.spec.cache
     if cache is None:
@@ -125,6 +155,8 @@ def _vllm_env(plan: LaunchPlan) -> list[dict[str, Any]]:
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
     ]
+    if plan.spec.pod_security.run_as_non_root:
+        env.append({"name": "HOME", "value": NON_ROOT_HOME})
     token = plan.spec.model.token_secret_ref
     if token is not None:
         ref = {"secretKeyRef": {"name": token.name, "key": token.key}}
@@ -182,6 +214,8 @@ def vllm_pod_template(plan: LaunchPlan, revision: str) -> dict[str, Any]:
         termination_grace=termination_grace_seconds(plan),
         shared_memory=str(plan.spec.resources.shared_memory),
         cache_claim=cache_claim_name(plan),
+        pod_security=pod_security(plan.spec.pod_security),
+        container_security=container_security(plan.spec.pod_security),
     )
 
 
@@ -276,7 +310,6 @@ def ollama_objects(plan: LaunchPlan, owner: Owner | None, replicas: int) -> list
         namespace=plan.namespace,
         labels=labels,
         model=ollama.model,
-        served_name=ollama.served_name,
         owner=owner.reference() if owner else None,
         replicas=replicas,
         selector={LABEL_SERVER: plan.name, LABEL_ROLE: ROLE_OLLAMA},
@@ -288,6 +321,11 @@ def ollama_objects(plan: LaunchPlan, owner: Owner | None, replicas: int) -> list
         resources={"requests": requests, "limits": limits},
         drain_seconds=plan.spec.rollout.drain_seconds,
         termination_grace=termination_grace_seconds(plan),
+        env=_ollama_env(plan),
+        store_mount=OLLAMA_STORE_MOUNT,
+        store_claim=ollama_store_name(plan) if ollama.spec.store.enabled else None,
+        pod_security=pod_security(ollama.spec.pod_security),
+        container_security=container_security(ollama.spec.pod_security),
     )
     service = _render(
         "service.yaml.j2",
@@ -301,6 +339,45 @@ def ollama_objects(plan: LaunchPlan, owner: Owner | None, replicas: int) -> list
         port=plan.spec.service.port,
     )
     return [deployment, service]
+
+
+def _ollama_env(plan: LaunchPlan) -> list[dict[str, str]]:
+    ollama = plan.ollama
+    assert ollama is not None
+    env = [
+        {"name": "OLLAMA_HOST", "value": f"0.0.0.0:{SERVING_PORT}"},
+        {"name": "OLLAMA_KEEP_ALIVE", "value": "-1"},
+        {"name": "OLLAMA_MODELS", "value": f"{OLLAMA_STORE_MOUNT}/models"},
+        {"name": "FALLBACK_MODEL", "value": ollama.model},
+        {"name": "SERVED_MODEL_NAME", "value": ollama.served_name},
+        {"name": "MODEL_READY_FILE", "value": "/tmp/model-ready"},
+    ]
+    if ollama.context_length is not None:
+        env.append({"name": "OLLAMA_CONTEXT_LENGTH", "value": str(ollama.context_length)})
+    if ollama.spec.pod_security.run_as_non_root:
+        env.append({"name": "HOME", "value": NON_ROOT_HOME})
+    return env
+
+
+def ollama_store_pvc(plan: LaunchPlan, owner: Owner | None = None) -> dict[str, Any] | None:
+    """Ollama's model store. It has no owner, like a retained model cache: deleting the server keeps the pulled
+    models, and a failover never pulls them again."""
+    ollama = plan.ollama
+    if ollama is None or not ollama.spec.store.enabled:
+        return None
+    labels = {k: v for k, v in common_labels(plan, ROLE_OLLAMA).items() if k != LABEL_ROLE}
+    labels["app.kubernetes.io/component"] = "fallback-model-store"
+    return _render(
+        "cache-pvc.yaml.j2",
+        name=ollama_store_name(plan),
+        namespace=plan.namespace,
+        labels=labels,
+        owner=None,
+        annotations={ANNOTATION_CREATED_FOR: owner.uid} if owner else {},
+        access_mode="ReadWriteOnce",
+        storage_class=ollama.spec.store.storage_class_name,
+        size=ollama.store_size,
+    )
 
 
 def cache_pvc(plan: LaunchPlan, owner: Owner | None) -> dict[str, Any] | None:
@@ -355,6 +432,9 @@ def objects(
         out.append(pvc)
     out.append(vllm_deployment(plan, rev, owner))
     out.append(stable_service(plan, target, owner))
+    store = ollama_store_pvc(plan, owner)
+    if store is not None:
+        out.append(store)
     out.extend(ollama_objects(plan, owner, ollama_replicas(plan, fallback_active)))
     out.append(pdb(plan, owner))
     return out

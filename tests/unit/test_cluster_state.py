@@ -167,3 +167,17 @@ def test_a_replan_says_what_it_would_change() -> None:
     assert "tensorParallelSize 1 -> " in change
     assert "inference-operator.dev/replan" in change
     assert describe_change(on_h100, on_h100) is None
+
+
+def test_model_switches_beyond_the_bound_wait_while_first_deployments_do_not() -> None:
+    from inference_operator.controller.reconcile import Context, _queued
+    from inference_operator.planner import Defaults
+
+    ctx = Context(kube=None, catalog=load_flag_catalog(), defaults=Defaults(), max_concurrent_rollouts=2)  # type: ignore[arg-type]
+    ctx.rollouts = {("ns", "one"), ("ns", "two")}
+    assert _queued(ctx, ("ns", "three"), active="a", in_progress=False, target="b")
+    assert not _queued(ctx, ("ns", "three"), active=None, in_progress=False, target="b")  # first deployment
+    assert not _queued(ctx, ("ns", "one"), active="a", in_progress=False, target="b")  # counted already
+    assert not _queued(ctx, ("ns", "three"), active="a", in_progress=True, target="b")  # under way already
+    ctx.max_concurrent_rollouts = 0
+    assert not _queued(ctx, ("ns", "three"), active="a", in_progress=False, target="b")

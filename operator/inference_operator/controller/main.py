@@ -149,6 +149,7 @@ async def serve(options: Options) -> int:
         catalog=load_flag_catalog(),
         defaults=Defaults(vllm_image=options.vllm_image, ollama_image=options.ollama_image),
         instance=identity,
+        max_concurrent_rollouts=options.max_concurrent_rollouts,
     )
     scheduler = Scheduler(lambda ns, name: reconcile(ctx, ns, name))
     tasks.append(asyncio.create_task(resync_forever(scheduler, options.resync_seconds)))

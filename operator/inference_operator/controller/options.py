@@ -18,6 +18,7 @@ class Options:
     metrics_address: str
     health_address: str
     resync_seconds: float
+    max_concurrent_rollouts: int
     leader_elect: bool
     leader_election_namespace: str | None
     lease_name: str
@@ -38,6 +39,7 @@ class Options:
             metrics_address=args.metrics_address,
             health_address=args.health_address,
             resync_seconds=args.resync_seconds,
+            max_concurrent_rollouts=args.max_concurrent_rollouts,
             leader_elect=args.leader_elect,
             leader_election_namespace=args.leader_election_namespace,
             lease_name=args.lease_name,
@@ -81,6 +83,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=float(env("RESYNC_SECONDS", "300")),
         help="how often every server is reconciled even without changes (drift)",
+    )
+    p.add_argument(
+        "--max-concurrent-rollouts",
+        type=int,
+        default=int(env("MAX_CONCURRENT_ROLLOUTS", "10")),
+        help="model switches in progress at once across all servers; others wait (0: no bound) "
+        "[MAX_CONCURRENT_ROLLOUTS]",
     )
     p.add_argument(
         "--leader-elect",

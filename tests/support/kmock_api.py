@@ -19,7 +19,10 @@ import kmock as km
 from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.api_client import ApiClient
+from pydantic import ValidationError
 
+from inference_operator.api import PLURAL
+from inference_operator.api.status import InferenceServerStatus
 from inference_operator.controller.kube import RESOURCES, Kube
 
 Response: Any = km.Response  # type: ignore[attr-defined]  # public, though missing from kmock.__all__
@@ -94,6 +97,8 @@ class ApiServer(km.KubernetesEmulator):
     - Created objects get a uid, a creationTimestamp (from `clock`) and generation 1; generation grows when
       an apply changes the spec. Every write gets a new resourceVersion. A POST with only a generateName
       gets a name.
+    - A status applied to an InferenceServer is checked against the model the CRD's status schema is made from
+      (422 Invalid when it does not fit; stricter than the API server, which prunes unknown fields).
     - Lists honour equality label selectors, and every resource the operator's client knows can be listed
       (an empty list, not a 404, before the first object of its kind exists).
 
@@ -149,6 +154,11 @@ class ApiServer(km.KubernetesEmulator):
             doc = {k: copy.deepcopy(v) for k, v in sent.items() if k != "status"}
             self._stamp(doc.setdefault("metadata", {}))
         elif request.subresource == "status":
+            if request.resource.plural == PLURAL:
+                try:
+                    InferenceServerStatus.model_validate(sent.get("status") or {})
+                except ValidationError as err:
+                    raise km.KubernetesError(status=422, reason="Invalid", message=str(err)) from err
             doc = {**current, "status": copy.deepcopy(sent.get("status"))}
         else:
             doc = {**current, **{k: copy.deepcopy(v) for k, v in sent.items() if k not in ("metadata", "status")}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,6 +32,7 @@ WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 SPEC: dict[str, Any] = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"maxModelLen": 8192}}
 H100 = NodePool("h100", count=2, gpus=8)  # GPU feature discovery labels: nvidia.com/gpu.memory=81559
 T4 = NodePool("t4", count=1, gpus=8, gpu_product="Tesla-T4", gpu_memory_mib=15360, gpu_family="turing")
+READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 START = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
@@ -52,9 +54,11 @@ class Cluster:
     api: ApiServer
     ctx: Context
     clock: Clock
+    name: str = NAME
+    uid: str = UID
 
     async def reconcile(self) -> float | None:
-        return await reconcile(self.ctx, NS, NAME)
+        return await reconcile(self.ctx, NS, self.name)
 
     def writes(self) -> list[km.Request]:
         return [r for r in self.api if r.method in WRITES]
@@ -76,7 +80,7 @@ class Cluster:
         return {key[2] for key, o in self.api.objects.items() if key[0] == wanted and not o.deleted}
 
     def server(self) -> dict[str, Any]:
-        return self.must(SERVERS, NAME)
+        return self.must(SERVERS, self.name)
 
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = self.server().get("status") or {}
@@ -94,8 +98,8 @@ class Cluster:
         ]
 
     def selected(self) -> str | None:
-        selector: dict[str, str] = self.must(SERVICES, NAME)["spec"]["selector"]
-        assert selector[LABEL_SERVER] == NAME
+        selector: dict[str, str] = self.must(SERVICES, self.name)["spec"]["selector"]
+        assert selector[LABEL_SERVER] == self.name
         return selector.get(LABEL_REVISION)
 
     def revisions(self) -> dict[str, int]:
@@ -103,40 +107,60 @@ class Cluster:
         out = {}
         for name in self.names(DEPLOYMENTS):
             dep = self.must(DEPLOYMENTS, name)
-            if dep["metadata"]["labels"].get(LABEL_ROLE) == "vllm":
+            labels = dep["metadata"]["labels"]
+            if labels.get(LABEL_SERVER) == self.name and labels.get(LABEL_ROLE) == "vllm":
                 out[dep["metadata"]["labels"][LABEL_REVISION]] = int(dep["spec"]["replicas"])
         return out
 
     def put_server(self, spec: dict[str, Any], generation: int, status: dict[str, Any] | None = None) -> None:
         """The server as a user (spec, generation) or a restore (status) leaves it."""
-        meta = {"name": NAME, "namespace": NS, "uid": UID, "generation": generation}
+        meta = {"name": self.name, "namespace": NS, "uid": self.uid, "generation": generation}
         doc: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": spec}
         if status is not None:
             doc["status"] = status
-        store(self.api, SERVERS, NS, NAME, doc)
+        store(self.api, SERVERS, NS, self.name, doc)
 
-    def pods_of(self, rev: str, count: int = 1, **status: Any) -> list[str]:
+    def pods_of(self, rev: str, status: dict[str, Any] | None = None, count: int = 1) -> list[str]:
         """Pods of a revision as the kubelet reports them: Running and Ready unless `status` says otherwise."""
         names = []
         for i in range(count):
-            name = f"{NAME}-vllm-{rev}-{i}"
-            labels = {LABEL_SERVER: NAME, LABEL_ROLE: "vllm", LABEL_REVISION: rev}
-            ready = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": labels}, "status": status or ready}
-            store(self.api, PODS, NS, name, pod)
+            name = f"{self.name}-vllm-{rev}-{i}"
+            labels = {LABEL_SERVER: self.name, LABEL_ROLE: "vllm", LABEL_REVISION: rev}
+            self.pod(name, labels, status or READY)
             names.append(name)
         return names
+
+    def ollama_ready(self) -> str:
+        """The Ollama Deployment reports a ready replica, and its pod exists; returns the pod's name."""
+        dep = self.must(DEPLOYMENTS, f"{self.name}-ollama")
+        store(self.api, DEPLOYMENTS, NS, f"{self.name}-ollama", {**dep, "status": {"readyReplicas": 1}})
+        name = f"{self.name}-ollama-0"
+        self.pod(name, {LABEL_SERVER: self.name, LABEL_ROLE: "ollama"}, READY)
+        return name
+
+    def pod(self, name: str, labels: dict[str, str], status: dict[str, Any]) -> None:
+        store(
+            self.api,
+            PODS,
+            NS,
+            name,
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": labels}, "status": status},
+        )
 
     def endpoints(self, *pods: str) -> None:
         """The Service's EndpointSlice as the EndpointSlice controller writes it: these pods, ready."""
         endpoints = [{"targetRef": {"kind": "Pod", "name": p}, "conditions": {"ready": True}} for p in pods]
-        meta = {"labels": {"kubernetes.io/service-name": NAME}}
+        meta = {"labels": {"kubernetes.io/service-name": self.name}}
         doc = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": meta, "endpoints": endpoints}
-        store(self.api, SLICES, NS, f"{NAME}-abcde", doc)
+        store(self.api, SLICES, NS, f"{self.name}-abcde", doc)
 
     def add_nodes(self, pool: NodePool) -> None:
         for node in pool.manifests():
             store(self.api, NODES, None, node["metadata"]["name"], node)
+
+    def another(self, name: str) -> Cluster:
+        """The same cluster and operator, looking at another server."""
+        return dataclasses.replace(self, name=name, uid=f"{name}-uid")
 
     def fresh_context(self) -> None:
         """A restarted operator (or one whose node cache expired): it reads the nodes again."""
@@ -294,6 +318,13 @@ async def test_lost_status_mid_switch_keeps_the_old_revision_serving_and_resumes
     assert cluster.status()["activeRevision"] == old
     assert cluster.condition("Reconciling")["status"] == "True"
 
+    # The resumed rollout completes: the new revision takes the traffic once ready, the old one drains.
+    cluster.endpoints(*cluster.pods_of(old), *cluster.pods_of(new))
+    await cluster.reconcile()
+    assert cluster.selected() == new
+    assert cluster.status()["rollout"]["result"] == "Succeeded"
+    assert cluster.revisions() == {old: 1, new: 1}
+
 
 async def test_a_service_of_the_stable_name_that_the_server_does_not_own_is_never_written(
     cluster: Cluster,
@@ -448,7 +479,7 @@ async def test_an_unschedulable_pod_is_the_ready_reason_and_a_warning_event(clus
     (rev,) = cluster.revisions()
     message = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are available."
     scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
-    cluster.pods_of(rev, phase="Pending", conditions=[scheduled])
+    cluster.pods_of(rev, {"phase": "Pending", "conditions": [scheduled]})
 
     await cluster.reconcile()
 
@@ -582,3 +613,73 @@ async def test_an_invalid_spec_stalls_and_leaves_the_serving_revision_alone(clus
         f"/apis/{API_VERSION}/namespaces/{NS}/inferenceservers/{NAME}/status",
         f"/api/v1/namespaces/{NS}/events",
     }
+
+
+async def test_ollama_on_demand_goes_only_after_traffic_is_back_on_vllm_and_drained(cluster: Cluster) -> None:
+    ollama_spec = {"model": "llama3.1:8b", "mode": "OnDemand", "activateAfterSeconds": 30, "recoverAfterSeconds": 60}
+    fallback = {"ollama": ollama_spec}
+    cluster.put_server({**SPEC, "fallback": fallback}, generation=1)
+    rev = await cluster.serving()
+    ollama = f"{NAME}-ollama"
+    assert cluster.must(DEPLOYMENTS, ollama)["spec"]["replicas"] == 0
+
+    # vLLM loses its ready replica: Ollama starts at once, takes the traffic after activateAfterSeconds.
+    unready = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+    cluster.pods_of(rev, unready)
+    cluster.endpoints()
+    await cluster.reconcile()
+    assert cluster.must(DEPLOYMENTS, ollama)["spec"]["replicas"] == 1
+    assert cluster.selected() == rev
+    ollama_pod = cluster.ollama_ready()
+    cluster.clock.advance(30)
+    await cluster.reconcile()
+    assert cluster.must(SERVICES, NAME)["spec"]["selector"][LABEL_ROLE] == "ollama"
+    assert ("Warning", "FallbackActivated") in {(t, r) for t, r, _ in cluster.events()}
+    cluster.endpoints(ollama_pod)
+
+    # vLLM is ready again for recoverAfterSeconds: traffic goes back; Ollama keeps running while it drains.
+    vllm_pods = cluster.pods_of(rev)
+    await cluster.reconcile()
+    cluster.clock.advance(60)
+    await cluster.reconcile()
+    assert cluster.selected() == rev
+    assert cluster.must(DEPLOYMENTS, ollama)["spec"]["replicas"] == 1
+    cluster.endpoints(*vllm_pods)
+    cluster.clock.advance(14)
+    await cluster.reconcile()
+    assert cluster.must(DEPLOYMENTS, ollama)["spec"]["replicas"] == 1
+
+    cluster.clock.advance(1)
+    await cluster.reconcile()
+    assert cluster.must(DEPLOYMENTS, ollama)["spec"]["replicas"] == 0
+    assert cluster.selected() == rev
+
+
+async def test_a_model_switch_waits_while_max_concurrent_rollouts_others_run(cluster: Cluster) -> None:
+    cluster.ctx.max_concurrent_rollouts = 1
+    first, second = cluster, cluster.another("t")
+    second.put_server(SPEC, generation=1)
+    await first.serving()
+    serving = await second.serving()
+    first.put_server(changed_spec(), generation=2, status=first.status())
+    await first.reconcile()
+    assert len(first.revisions()) == 2
+
+    second.put_server(changed_spec(), generation=2, status=second.status())
+    requeue = await second.reconcile()
+
+    assert second.revisions() == {serving: 1}
+    assert second.selected() == serving
+    for kind in ("Ready", "Reconciling"):
+        assert second.condition(kind)["reason"] == "RolloutQueued"
+    assert requeue is not None
+    assert requeue <= 5.0
+
+    # The first switch completes: the second one starts at its next look.
+    new = planned_revision(changed_spec(), H100)
+    first.endpoints(*first.pods_of(new))
+    await first.reconcile()
+    assert first.status()["rollout"]["result"] == "Succeeded"
+    await second.reconcile()
+    assert len(second.revisions()) == 2
+    assert second.status()["rollout"]["result"] == "InProgress"

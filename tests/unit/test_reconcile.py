@@ -683,3 +683,30 @@ async def test_a_model_switch_waits_while_max_concurrent_rollouts_others_run(clu
     await second.reconcile()
     assert len(second.revisions()) == 2
     assert second.status()["rollout"]["result"] == "InProgress"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="reconcile._condition_events posts a Warning Event only when the Ready condition's reason is a "
+    "trouble reason; while a revision serves, Ready stays True (Serving) and the trouble (Unschedulable, "
+    "CrashLoopBackOff, OOMKilled, ...) shows only in Degraded, so it gets no Event",
+)
+async def test_an_unschedulable_pod_of_the_serving_revision_is_a_degraded_reason_and_a_warning_event(
+    cluster: Cluster,
+) -> None:
+    rev = await cluster.serving()
+    cluster.put_server({**SPEC, "replicas": 2}, generation=2, status=cluster.status())
+    await cluster.reconcile()
+    assert cluster.revisions() == {rev: 2}
+    message = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    labels = {LABEL_SERVER: NAME, LABEL_ROLE: "vllm", LABEL_REVISION: rev}
+    cluster.pod(f"{NAME}-vllm-{rev}-1", labels, {"phase": "Pending", "conditions": [scheduled]})
+
+    await cluster.reconcile()
+
+    degraded = cluster.condition("Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "Unschedulable")
+    assert message in degraded["message"]
+    assert ("Warning", "Unschedulable") in {(t, r) for t, r, _ in cluster.events()}

@@ -710,3 +710,28 @@ async def test_an_unschedulable_pod_of_the_serving_revision_is_a_degraded_reason
     assert (degraded["status"], degraded["reason"]) == ("True", "Unschedulable")
     assert message in degraded["message"]
     assert ("Warning", "Unschedulable") in {(t, r) for t, r, _ in cluster.events()}
+
+
+async def test_a_crash_looping_new_revision_is_rolled_back_and_not_retried(cluster: Cluster) -> None:
+    old = await cluster.serving()
+    cluster.put_server(changed_spec(), generation=2, status=cluster.status())
+    await cluster.reconcile()
+    new = planned_revision(changed_spec(), H100)
+    waiting = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}}
+    crashing = {"phase": "Running", "containerStatuses": [{"name": "vllm", "restartCount": 4, "state": waiting}]}
+    cluster.pods_of(new, crashing)
+
+    await cluster.reconcile()
+
+    assert cluster.selected() == old
+    assert cluster.revisions() == {old: 1}
+    assert cluster.must(SERVICES, NAME)["metadata"]["annotations"]["inference-operator.dev/rolled-back-revision"] == new
+    stalled = cluster.condition("Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "RolloutFailed")
+    assert "CrashLoopBackOff" in stalled["message"]
+    assert ("Warning", "RolloutRolledBack") in {(t, r) for t, r, _ in cluster.events()}
+
+    cluster.put_server(changed_spec(), generation=2, status={})  # even with status lost, it is not retried
+    await cluster.reconcile()
+    assert cluster.revisions() == {old: 1}
+    assert cluster.selected() == old

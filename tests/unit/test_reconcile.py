@@ -11,7 +11,6 @@ from typing import Any
 
 import kmock as km
 import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from inference_operator.api import API_VERSION, KIND, InferenceServer
 from inference_operator.controller.facts import gpu_facts
@@ -279,12 +278,6 @@ async def test_status_written_by_another_version_is_no_invalid_spec_and_the_revi
     assert "InvalidSpec" not in {r for _, r, _ in cluster.events()}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="conditions.merge_conditions calls .get on every entry of status.conditions: an entry that is "
-    "not an object (or conditions that are not a list) raises AttributeError out of reconcile",
-)
 @pytest.mark.parametrize("conditions", [["junk"], {"Ready": "True"}], ids=["entry-not-an-object", "not-a-list"])
 async def test_conditions_of_another_shape_are_ignored(cluster: Cluster, conditions: Any) -> None:
     rev = await cluster.serving()
@@ -494,14 +487,6 @@ async def test_an_unschedulable_pod_is_the_ready_reason_and_a_warning_event(clus
     assert len([e for e in cluster.events() if e[0] == "Warning"]) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ApiException,
-    reason="reconcile._refuse builds status with memory=None, so conditions.build_status copies endpoint, replicas, "
-    "readyReplicas, activeRevision, activeBackend, rollout, fallbackSince, vllmReadySince and draining from the "
-    "previous status verbatim: a part of the wrong type is written back and the API server rejects the whole "
-    "status (422), so the refusal (ChildConflict, InvalidSpec, PlanRefused) is never reported and reconcile raises",
-)
 async def test_a_refusal_writes_back_no_foreign_status_part_of_the_wrong_type(cluster: Cluster) -> None:
     foreign = {
         "replicas": "three",
@@ -518,14 +503,6 @@ async def test_a_refusal_writes_back_no_foreign_status_part_of_the_wrong_type(cl
     assert cluster.condition("Stalled")["reason"] == "ChildConflict"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="rollout._drain treats a backend with no drain timer as one that never had traffic or whose drain is "
-    "over: when status (status.draining) is lost after the switch and the EndpointSlices no longer list the old "
-    "revision, it is deleted at once, not after rollout.drainSeconds (docs/architecture.md: lost timers start "
-    "again, never an earlier removal)",
-)
 async def test_a_lost_drain_timer_starts_again_and_never_ends_the_drain_early(cluster: Cluster) -> None:
     old = await cluster.serving()
     cluster.put_server(changed_spec(), generation=2, status=cluster.status())
@@ -685,13 +662,6 @@ async def test_a_model_switch_waits_while_max_concurrent_rollouts_others_run(clu
     assert second.status()["rollout"]["result"] == "InProgress"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="reconcile._condition_events posts a Warning Event only when the Ready condition's reason is a "
-    "trouble reason; while a revision serves, Ready stays True (Serving) and the trouble (Unschedulable, "
-    "CrashLoopBackOff, OOMKilled, ...) shows only in Degraded, so it gets no Event",
-)
 async def test_an_unschedulable_pod_of_the_serving_revision_is_a_degraded_reason_and_a_warning_event(
     cluster: Cluster,
 ) -> None:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..api.status import format_time
+from ..api.status import DrainStatus, PlanStatus, RolloutStatus, format_time, read_status_part
+from ..api.types import ApiModel
 from ..planner import LaunchPlan
 from .rollout import Decision, Memory
 
@@ -61,7 +62,8 @@ def outdated_condition(change: str | None) -> Cond:
 def merge_conditions(
     previous: list[dict[str, Any]], new: list[Cond], generation: int, now: datetime
 ) -> list[dict[str, Any]]:
-    old = {c.get("type"): c for c in previous}
+    entries = previous if isinstance(previous, list) else []  # status is a cache: another shape is ignored
+    old = {c.get("type"): c for c in entries if isinstance(c, dict)}
     out = []
     for c in new:
         status = "True" if c.status else "False"
@@ -177,6 +179,50 @@ def phase(conds: list[Cond]) -> str:
     return "Pending"
 
 
+def kept_status(previous: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a previous status this operator can read, in its own form; the rest is dropped.
+
+    A refusal keeps what status said (the serving revision, the last rollout) without writing back a part
+    another version wrote in a shape the API server would refuse.
+    """
+
+    def dumped(model: type[ApiModel], value: Any) -> Any:
+        part = read_status_part(model, value)
+        return None if part is None else part.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    def text(value: Any) -> str | None:
+        return value if isinstance(value, str) and value else None
+
+    def count(value: Any) -> int | None:
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    draining = previous.get("draining")
+    kept = {
+        "endpoint": text(previous.get("endpoint")),
+        "replicas": count(previous.get("replicas")),
+        "readyReplicas": count(previous.get("readyReplicas")),
+        "activeRevision": text(previous.get("activeRevision")),
+        "activeBackend": previous.get("activeBackend") if previous.get("activeBackend") in ("vllm", "ollama") else None,
+        "rollout": dumped(RolloutStatus, previous.get("rollout")),
+        "plan": dumped(PlanStatus, previous.get("plan")),
+        "fallbackSince": iso(_time(previous.get("fallbackSince"))),
+        "vllmReadySince": iso(_time(previous.get("vllmReadySince"))),
+        "draining": [d for d in (dumped(DrainStatus, x) for x in draining) if d]
+        if isinstance(draining, list)
+        else None,
+    }
+    return {k: v for k, v in kept.items() if v not in (None, [])}
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
 def build_status(
     *,
     previous: dict[str, Any],
@@ -202,13 +248,14 @@ def build_status(
         status["plan"] = plan.status().model_dump(by_alias=True, exclude_none=True)
         if plan_inputs is not None:
             status["plan"]["inputs"] = plan_inputs
-    elif previous.get("plan") is not None:
-        status["plan"] = previous["plan"]
+    elif kept_status(previous).get("plan") is not None:
+        status["plan"] = kept_status(previous)["plan"]
     source = memory
     if source is None:
+        kept = kept_status(previous)
         for key in ("activeRevision", "activeBackend", "rollout", "fallbackSince", "vllmReadySince", "draining"):
-            if previous.get(key) is not None:
-                status[key] = previous[key]
+            if kept.get(key) is not None:
+                status[key] = kept[key]
     else:
         status["activeRevision"] = source.active_revision
         status["activeBackend"] = source.backend

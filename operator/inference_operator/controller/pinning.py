@@ -8,6 +8,7 @@ or an operator upgrade therefore never rolls a server out; it shows as the PlanO
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Mapping
@@ -15,22 +16,44 @@ from typing import Any
 
 from ..api.status import PlanInputs, read_status_part
 from ..planner import ClusterFacts, Defaults, LaunchPlan
+from ..planner.gpu_catalog import ComputeCapability
 from ..render import ANNOTATION_GENERATION, ANNOTATION_PLAN_INPUTS, LABEL_REVISION
 
 REPLAN_ANNOTATION = "inference-operator.dev/replan"
 
 
 def facts_to_dict(facts: ClusterFacts) -> dict[str, Any]:
-    return {k: v for k, v in dataclasses.asdict(facts).items() if v not in (None, "")}
+    """JSON-ready: a compute capability is written as its usual text, 8.0."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(ClusterFacts):
+        value = getattr(facts, f.name)
+        if value in (None, ""):
+            continue
+        out[f.name] = str(value) if isinstance(value, ComputeCapability) else value
+    return out
+
+
+_KINDS: dict[str, tuple[type, ...]] = {
+    "gpu_memory_gib": (int, float),
+    "gpu_memory_source": (str,),
+    "max_gpus_per_node": (int,),
+    "compute_capability_source": (str,),
+    "gpu_product": (str,),
+}
 
 
 def facts_from_dict(data: Mapping[str, Any]) -> ClusterFacts:
-    """Facts recorded by this or another version of the operator; keys it does not know are left out."""
-    known = {f.name for f in dataclasses.fields(ClusterFacts)}
-    try:
-        return ClusterFacts(**{k: v for k, v in data.items() if k in known})
-    except TypeError:
-        return ClusterFacts()
+    """Facts recorded by this or another version of the operator; what it does not know or cannot read is left out."""
+    kept: dict[str, Any] = {}
+    for name, kinds in _KINDS.items():
+        value = data.get(name)
+        if isinstance(value, kinds) and not isinstance(value, bool):
+            kept[name] = value
+    capability = data.get("compute_capability")
+    if isinstance(capability, str):
+        with contextlib.suppress(ValueError):
+            kept["compute_capability"] = ComputeCapability.parse(capability)
+    return ClusterFacts(**kept)
 
 
 def fresh_inputs(generation: int, facts: ClusterFacts, defaults: Defaults, token: str | None) -> PlanInputs:

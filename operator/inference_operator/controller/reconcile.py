@@ -47,6 +47,7 @@ from .conditions import (
     build_status,
     decided_conditions,
     iso,
+    kept_status,
     refused_conditions,
 )
 from .diff import contains
@@ -198,7 +199,8 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> float | None:
         # Only what the user declares is input; status is the operator's cache and is read part by part.
         server = InferenceServer.model_validate({k: obj.get(k) for k in ("apiVersion", "kind", "metadata", "spec")})
     except ValidationError as err:
-        await _refuse(ctx, obj, previous, generation, "InvalidSpec", _describe(err), now, serving=False)
+        was_serving = kept_status(previous).get("activeRevision") is not None
+        await _refuse(ctx, obj, previous, generation, "InvalidSpec", _describe(err), now, serving=was_serving)
         return None
     uid = obj["metadata"]["uid"]
     children = await read_children(ctx, namespace, name, uid)
@@ -306,10 +308,15 @@ def _condition_events(previous: dict[str, Any], status: dict[str, Any]) -> list[
         return next((c for c in st.get("conditions") or [] if isinstance(c, dict) and c.get("type") == kind), {})
 
     events = []
-    ready, before = cond(status, "Ready"), cond(previous, "Ready")
-    reason = ready.get("reason")
-    if reason in TROUBLE_REASONS and (before.get("reason"), before.get("message")) != (reason, ready.get("message")):
-        events.append(Event("Warning", str(reason), str(ready.get("message", ""))))
+    for kind in ("Ready", "Degraded"):
+        current, before = cond(status, kind), cond(previous, kind)
+        reason = current.get("reason")
+        if reason in TROUBLE_REASONS and (before.get("reason"), before.get("message")) != (
+            reason,
+            current.get("message"),
+        ):
+            events.append(Event("Warning", str(reason), str(current.get("message", ""))))
+            break  # one Event for one trouble, whichever condition carries it
     outdated, was = cond(status, "PlanOutdated"), cond(previous, "PlanOutdated")
     if outdated.get("status") == "True" and was.get("message") != outdated.get("message"):
         events.append(Event("Normal", "ReplanAvailable", str(outdated.get("message", ""))))
@@ -471,16 +478,17 @@ async def _refuse(
 ) -> None:
     """Stalled: the spec cannot be served. Children stay as they are, so a serving revision keeps serving."""
     conds = refused_conditions(message, reason, serving)
+    kept = kept_status(previous)
     status = build_status(
         previous=previous,
         generation=generation,
         conds=conds,
         now=now,
-        endpoint=previous.get("endpoint"),
+        endpoint=kept.get("endpoint"),
         plan=None,
         memory=None,
-        replicas=previous.get("replicas"),
-        ready=previous.get("readyReplicas"),
+        replicas=kept.get("replicas"),
+        ready=kept.get("readyReplicas"),
     )
     before: dict[str, Any] = next(
         (c for c in previous.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Stalled"), {}

@@ -362,7 +362,11 @@ def _drain(
             return True
         since = draining.pop(key, None)
         if since is None:
-            return False  # it never had the traffic, or its drain is over
+            ready = b.o.ollama_ready if key == OLLAMA else _any_ready(b.o.revisions.get(key))
+            if not ready:
+                return False  # it cannot have had traffic, or its drain is over
+            # A backend that answers and has no timer (never served, or status was lost): a full window from now.
+            since = draining[key] = b.now
         if serving_ready and serving not in b.o.endpoints:
             draining[key] = since
             b.wake_in(1.0)  # the new backend is not listed yet: the old one may still get the traffic

@@ -144,8 +144,10 @@ def check(world: World, before: World, d: Decision, desired: Desired, intact: De
     if before.serving not in (None, OLLAMA) and before.backend_ready(before.serving) and d.backend == "ollama":
         assert world.ollama_ready, d
         assert world.ollama_replicas > 0, d
-    # Lost status never moves traffic where the intact status would not have, except to a ready backend.
-    if intact is not None and d.serving not in (before.serving, intact.serving):
+    # Lost status never takes traffic from a ready backend to an unready one where intact status would not.
+    # (It may start a timer again: a fallback between two unready backends can come later, never earlier.)
+    moved = intact is not None and d.serving not in (before.serving, intact.serving)
+    if moved and before.serving is not None and before.backend_ready(before.serving):
         assert d.serving_ready, (d, intact)
     # No state waits without a bound.
     if rollout.in_progress or rollout.state == "RollingBack":

@@ -64,7 +64,7 @@ async def test_a_node_joining_does_not_replan_and_says_what_a_replan_would_chang
         prefix=f"{namespace}-t4", count=1, gpus=8, gpu_product="Tesla-T4", gpu_memory_mib=15360, labels=pool
     )
     async with extra_nodes(api, big):
-        operator_factory()
+        operator_factory("--resync-seconds", "10")
         spec = {
             "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
             "engine": {**ENGINE, "maxModelLen": 8192},
@@ -159,21 +159,26 @@ async def test_a_claim_the_operator_did_not_create_is_used_but_never_owned(
 
 
 # Trouble in seconds -------------------------------------------------------------------------------------
+async def reported_unschedulable_within(
+    servers: Servers, name: str, spec: dict[str, Any], seconds: float
+) -> dict[str, Any]:
+    """Create the server; its Ready condition must say Unschedulable within `seconds` of the create."""
+    started = time.monotonic()
+    await servers.create(name, spec)
+    obj = await wait_for(
+        lambda: servers.get(name),
+        lambda o: ready_reason(o) == "Unschedulable",
+        timeout=seconds,
+        what="Ready=False with reason Unschedulable",
+    )
+    assert time.monotonic() - started <= seconds
+    return obj
+
+
 async def test_a_pod_that_cannot_schedule_is_reported_within_seconds(operator_factory: Start, servers: Servers) -> None:
     operator_factory()
     spec = {"model": SMALL, "engine": ENGINE, "scheduling": {"nodeSelector": {"no-such-pool": "anywhere"}}}
-    started = time.monotonic()
-    await servers.create("nowhere", spec)
-    obj = await wait_for(
-        lambda: servers.get("nowhere"),
-        lambda o: any(
-            c["type"] == "Ready" and c["reason"] == "Unschedulable"
-            for c in (o.get("status") or {}).get("conditions", [])
-        ),
-        timeout=10,
-        what="Ready=False with reason Unschedulable",
-    )
-    assert time.monotonic() - started <= 10
+    obj = await reported_unschedulable_within(servers, "nowhere", spec, seconds=10)
     assert "node" in condition(obj, "Ready")["message"]
     event = await servers.wait_event("nowhere", "Unschedulable", timeout=10)
     assert event.type == "Warning"
@@ -187,18 +192,7 @@ async def test_more_gpus_than_any_node_has_is_reported_within_seconds(
         "model": {"name": "meta-llama/Llama-3.1-405B-Instruct"},
         "engine": {**ENGINE, "tensorParallelSize": 16},
     }
-    started = time.monotonic()
-    await servers.create("tp16", spec)
-    obj = await wait_for(
-        lambda: servers.get("tp16"),
-        lambda o: any(
-            c["type"] == "Ready" and c["reason"] == "Unschedulable"
-            for c in (o.get("status") or {}).get("conditions", [])
-        ),
-        timeout=10,
-        what="Ready=False with reason Unschedulable",
-    )
-    assert time.monotonic() - started <= 10
+    obj = await reported_unschedulable_within(servers, "tp16", spec, seconds=10)
     assert "more than the 8 GPUs of the largest eligible node" in condition(obj, "Ready")["message"]
     assert condition(obj, "Stalled")["status"] == "True"
     await servers.wait_event("tp16", "Unschedulable", timeout=10)

@@ -347,38 +347,22 @@ def _revision_of(dep: dict[str, Any]) -> str | None:
     return labels.get(LABEL_REVISION) if labels.get(LABEL_ROLE) == ROLE_VLLM else None
 
 
-class _Writer:
-    """Writes children only where this server owns them; the first name held by something else stops it."""
-
-    def __init__(self, ctx: Context, uid: str) -> None:
-        self.ctx, self.uid = ctx, uid
-
-    async def ensure(self, desired: dict[str, Any], live: dict[str, Any] | None) -> Conflict | None:
-        if live is not None:
-            if not contains(live, desired):
-                await self.ctx.kube.apply(desired)
-            return None
-        meta = desired["metadata"]
-        # Not among this server's own children: a fresh read says whether the name is free.
-        found = await self.ctx.kube.get(desired["apiVersion"], desired["kind"], meta["namespace"], meta["name"])
-        if found is not None and not owned(found, self.uid):
-            return conflict_of(found)
-        if found is None or not contains(found, desired):
-            await self.ctx.kube.apply(desired)
-        return None
+async def _write(ctx: Context, desired: dict[str, Any], live: dict[str, Any] | None) -> None:
+    if live is None or not contains(live, desired):
+        await ctx.kube.apply(desired)
 
 
-async def _ensure_claim(ctx: Context, writer: _Writer, claim: dict[str, Any], children: Children) -> None:
+async def _ensure_claim(ctx: Context, uid: str, claim: dict[str, Any], children: Children) -> None:
     """A claim the server made is kept in line; one of that name made by anyone else is mounted as it is and
     never written, owned or deleted."""
     meta = claim["metadata"]
     found = children.claims.get(meta["name"])
     if found is None:
         found = await ctx.kube.get("v1", "PersistentVolumeClaim", meta["namespace"], meta["name"])
-    if found is not None and not owned(found, writer.uid):
+    if found is not None and not owned(found, uid):
         return
     try:
-        await writer.ensure(claim, found)
+        await _write(ctx, claim, found)
     except ApiException as err:
         if err.status not in (409, 422):
             raise
@@ -386,54 +370,81 @@ async def _ensure_claim(ctx: Context, writer: _Writer, claim: dict[str, Any], ch
         log.warning("claim %s/%s not updated: %s", meta["namespace"], meta["name"], err.reason)
 
 
+async def _claimable(
+    ctx: Context, uid: str, needed: list[dict[str, Any]], own: dict[tuple[str, str], dict[str, Any]]
+) -> tuple[dict[tuple[str, str], dict[str, Any] | None], Conflict | None]:
+    """The live object behind every name the server needs, or the first one held by something else.
+
+    Checked before anything is written, so that a conflict leaves the cluster as it was. Names among the
+    server's own children cost no request; any other is read fresh.
+    """
+    lives: dict[tuple[str, str], dict[str, Any] | None] = {}
+    for obj in needed:
+        key = (obj["kind"], obj["metadata"]["name"])
+        live = own.get(key)
+        if live is None:
+            meta = obj["metadata"]
+            live = await ctx.kube.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+            if live is not None and not owned(live, uid):
+                return lives, conflict_of(live)
+        lives[key] = live
+    return lives, None
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
 async def _apply_children(
     ctx: Context, launch: LaunchPlan, planned: Planned, owner: Owner, decision: Decision, children: Children
 ) -> Conflict | None:
     kube, ns = ctx.kube, launch.namespace
-    writer = _Writer(ctx, owner.uid)
-    live_by_name = {d["metadata"]["name"]: d for d in children.deployments}
     rev = planned.revision
+    rollout = decision.memory.rollout
+
+    revision_dep = None
+    if rev in decision.deployments and planned.render_revision:
+        annotations = deployment_annotations(planned.inputs)
+        if rollout.in_progress and rollout.to_revision == rev and rollout.start_time is not None:
+            annotations[ANNOTATION_ROLLOUT_START] = format_time(rollout.start_time)
+        revision_dep = vllm_deployment(launch, rev, owner, replicas=decision.deployments[rev], annotations=annotations)
+    fallback = ollama_objects(launch, owner, decision.ollama_replicas) if launch.ollama is not None else []
+    rolled_back = rollout.to_revision if rollout.result in ("RolledBack", "Failed") else None
+    target = Target(decision.backend, decision.revision, decision.memory.active_revision, rolled_back)
+    service = stable_service(launch, target, owner)
+    budget = pdb(launch, owner)
+
+    own: dict[tuple[str, str], dict[str, Any]] = {
+        **{("Deployment", d["metadata"]["name"]): d for d in children.deployments},
+        **{("Service", n): s for n, s in children.services.items()},
+        **{("PodDisruptionBudget", n): b for n, b in children.budgets.items()},
+    }
+    needed = [o for o in (revision_dep, *fallback, service, budget) if o is not None]
+    lives, conflict = await _claimable(ctx, owner.uid, needed, own)
+    if conflict is not None:
+        return conflict
 
     for claim in (cache_pvc(launch, owner), ollama_store_pvc(launch, owner)):
         if claim is not None:
-            await _ensure_claim(ctx, writer, claim, children)
+            await _ensure_claim(ctx, owner.uid, claim, children)
 
     # New revision first, then the Service, then the old revisions: traffic moves before pods go.
-    if rev in decision.deployments:
+    if revision_dep is not None:
+        await _write(ctx, revision_dep, lives[_key(revision_dep)])
+    elif rev in decision.deployments:
         live = next((d for d in children.deployments if _revision_of(d) == rev), None)
-        if planned.render_revision:
-            annotations = deployment_annotations(planned.inputs)
-            rollout = decision.memory.rollout
-            if rollout.in_progress and rollout.to_revision == rev and rollout.start_time is not None:
-                annotations[ANNOTATION_ROLLOUT_START] = format_time(rollout.start_time)
-            desired = vllm_deployment(launch, rev, owner, replicas=decision.deployments[rev], annotations=annotations)
-            conflict = await writer.ensure(desired, live_by_name.get(desired["metadata"]["name"]))
-            if conflict is not None:
-                return conflict
-        elif live is not None and int((live.get("spec") or {}).get("replicas") or 0) != decision.deployments[rev]:
+        if live is not None and int((live.get("spec") or {}).get("replicas") or 0) != decision.deployments[rev]:
             await kube.scale(ns, live["metadata"]["name"], decision.deployments[rev])
 
-    if launch.ollama is not None:
-        ollama_dep, ollama_svc = ollama_objects(launch, owner, decision.ollama_replicas)
-        for desired, live in (
-            (ollama_dep, live_by_name.get(ollama_dep["metadata"]["name"])),
-            (ollama_svc, children.services.get(ollama_svc["metadata"]["name"])),
-        ):
-            conflict = await writer.ensure(desired, live)
-            if conflict is not None:
-                return conflict
-    else:
-        if ollama_name(launch) in live_by_name:
+    for obj in fallback:
+        await _write(ctx, obj, lives[_key(obj)])
+    if launch.ollama is None:
+        if ("Deployment", ollama_name(launch)) in own:
             await kube.delete("apps/v1", "Deployment", ns, ollama_name(launch))
         if ollama_name(launch) in children.services:
             await kube.delete("v1", "Service", ns, ollama_name(launch))
 
-    rollout = decision.memory.rollout
-    rolled_back = rollout.to_revision if rollout.result in ("RolledBack", "Failed") else None
-    target = Target(decision.backend, decision.revision, decision.memory.active_revision, rolled_back)
-    conflict = await writer.ensure(stable_service(launch, target, owner), children.services.get(launch.name))
-    if conflict is not None:
-        return conflict
+    await _write(ctx, service, lives[_key(service)])
 
     for dep in children.deployments:
         old = _revision_of(dep)
@@ -446,8 +457,8 @@ async def _apply_children(
         else:
             await kube.delete("apps/v1", "Deployment", ns, dep["metadata"]["name"])
 
-    budget = pdb(launch, owner)
-    return await writer.ensure(budget, children.budgets.get(budget["metadata"]["name"]))
+    await _write(ctx, budget, lives[_key(budget)])
+    return None
 
 
 async def _write_status(ctx: Context, obj: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from .objects import (
     ROLE_VLLM,
     Owner,
     Target,
+    VllmPods,
     cache_claim_name,
     cache_pvc,
     objects,
@@ -22,6 +23,7 @@ from .objects import (
     stable_service,
     vllm_deployment,
     vllm_deployment_name,
+    vllm_pods,
 )
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "ROLE_VLLM",
     "Owner",
     "Target",
+    "VllmPods",
     "cache_claim_name",
     "cache_pvc",
     "objects",
@@ -46,4 +49,5 @@ __all__ = [
     "stable_service",
     "vllm_deployment",
     "vllm_deployment_name",
+    "vllm_pods",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -30,6 +31,7 @@ _ENV = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
     autoescape=False,
     keep_trailing_newline=True,
+    auto_reload=False,  # templates ship with the package: compile once, never stat the files again
 )
 
 
@@ -169,16 +171,35 @@ def vllm_pod_template(plan: LaunchPlan, revision: str) -> dict[str, Any]:
     )
 
 
-def revision(plan: LaunchPlan) -> str:
-    """Hash of everything that shapes the vLLM pods; stable under field order, blind to replicas."""
+@dataclass(frozen=True)
+class VllmPods:
+    """The vLLM pod template, rendered once, and the revision that names it."""
+
+    revision: str
+    template: dict[str, Any]
+
+
+def vllm_pods(plan: LaunchPlan) -> VllmPods:
+    """Hash of everything that shapes the vLLM pods (stable under field order, blind to replicas), and the pods."""
     template = vllm_pod_template(plan, revision="")
     digest = hashlib.sha256(json.dumps(template, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    return digest[:10]
+    rev = digest[:10]
+    template["metadata"]["labels"][LABEL_REVISION] = rev  # the only place the revision appears in the template
+    return VllmPods(revision=rev, template=template)
+
+
+def revision(plan: LaunchPlan) -> str:
+    return vllm_pods(plan).revision
 
 
 def vllm_deployment(
-    plan: LaunchPlan, revision_id: str, owner: Owner | None, replicas: int | None = None
+    plan: LaunchPlan,
+    revision_id: str,
+    owner: Owner | None,
+    replicas: int | None = None,
+    pods: VllmPods | None = None,
 ) -> dict[str, Any]:
+    """The Deployment of one vLLM revision; `pods` (from `vllm_pods`) spares rendering the pod template again."""
     labels = {**common_labels(plan, ROLE_VLLM), LABEL_REVISION: revision_id}
     deployment = _render(
         "vllm-deployment.yaml.j2",
@@ -192,7 +213,10 @@ def vllm_deployment(
         progress_deadline=plan.spec.rollout.timeout_seconds,
         selector={LABEL_SERVER: plan.name, LABEL_ROLE: ROLE_VLLM, LABEL_REVISION: revision_id},
     )
-    deployment["spec"]["template"] = vllm_pod_template(plan, revision_id)
+    if pods is not None and pods.revision == revision_id:
+        deployment["spec"]["template"] = copy.deepcopy(pods.template)
+    else:
+        deployment["spec"]["template"] = vllm_pod_template(plan, revision_id)
     return deployment
 
 
@@ -315,13 +339,14 @@ def objects(
     fallback_active: bool = False,
 ) -> list[dict[str, Any]]:
     """Every child of a server in its steady state, serving the plan's revision unless told otherwise."""
-    rev = revision(plan)
+    pods = vllm_pods(plan)
+    rev = pods.revision
     target = target or Target(backend=ROLE_VLLM, revision=rev)
     out: list[dict[str, Any]] = []
     pvc = cache_pvc(plan, owner)
     if pvc is not None:
         out.append(pvc)
-    out.append(vllm_deployment(plan, rev, owner))
+    out.append(vllm_deployment(plan, rev, owner, pods=pods))
     out.append(stable_service(plan, target, owner))
     out.extend(ollama_objects(plan, owner, ollama_replicas(plan, fallback_active)))
     out.append(pdb(plan, owner))

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -19,7 +20,7 @@ from ..api import GROUP, PLURAL, VERSION
 from ..planner import Defaults, load_flag_catalog
 from ..render import LABEL_SERVER
 from . import metrics
-from .kube import Kube
+from .cache import ClusterCache, Reads, Relists, WriteThroughKube
 from .leader import LeaseElector
 from .options import Options, add_run_arguments
 from .reconcile import Context, reconcile
@@ -33,6 +34,7 @@ CHILDREN = (
     ("", "v1", "persistentvolumeclaims"),
     ("policy", "v1", "poddisruptionbudgets"),
 )
+NODE_RESOURCE = ("", "v1", "nodes")
 
 
 async def _configuration(options: Options) -> client.Configuration:
@@ -76,7 +78,9 @@ def tune(settings: kopf.OperatorSettings) -> None:
         settings.watching.label_selectors[resource] = LABEL_SERVER
 
 
-def registry_for(scheduler: Scheduler, options: Options) -> kopf.OperatorRegistry:
+def registry_for(
+    scheduler: Scheduler, options: Options, cache: ClusterCache, relists: Relists | None = None
+) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -86,6 +90,9 @@ def registry_for(scheduler: Scheduler, options: Options) -> kopf.OperatorRegistr
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         tune(settings)
+
+    for resource in [(GROUP, VERSION, PLURAL), *CHILDREN, *([NODE_RESOURCE] if options.read_nodes else [])]:
+        _feed_cache(registry, resource, cache, relists)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def server_changed(type: str, name: str, namespace: str | None, **_: Any) -> None:
@@ -109,18 +116,47 @@ def registry_for(scheduler: Scheduler, options: Options) -> kopf.OperatorRegistr
     return registry
 
 
-async def resync_forever(scheduler: Scheduler, every: float) -> None:
-    while True:
-        await asyncio.sleep(every)
-        for key in sorted(scheduler.known):
-            scheduler.request(*key)
-        await scheduler.idle()
-        metrics.RESYNCS.inc()
+def _feed_cache(
+    registry: kopf.OperatorRegistry, resource: tuple[str, str, str], cache: ClusterCache, relists: Relists | None
+) -> None:
+    group, version, plural = resource
+    selector = LABEL_SERVER if resource in CHILDREN else None
+
+    # kopf runs index handlers on every listed object before any other handler of any resource,
+    # so the caches hold every server, child and node before the first reconcile. Both handlers are
+    # coroutines: kopf would run plain functions in threads, and the caches belong to the event loop.
+    @kopf.index(group, version, plural, id=f"cache_{plural}", registry=registry)
+    async def fill(body: kopf.Body, **_: Any) -> None:
+        cache.observe(body)
+
+    # Registered before the handlers that request reconciles: those read the cache this refreshed.
+    @kopf.on.event(group, version, plural, id=f"refresh_{plural}", registry=registry)
+    async def refresh(type: str | None, event: Mapping[str, Any], **_: Any) -> None:
+        obj = event["object"]
+        if type == "DELETED":
+            cache.remove(obj)
+            return
+        cache.observe(obj)
+        if type is None and relists is not None:  # kopf listed the kind (again)
+            meta = obj.get("metadata") or {}
+            relists.listed(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), selector)
+
+
+async def counted(ctx: Context, namespace: str, name: str) -> float | None:
+    """One reconcile; those that write nothing are timed apart: they are what a resync costs."""
+    started = time.perf_counter()
+    with metrics.counting_requests() as requests:
+        requeue = await reconcile(ctx, namespace, name)
+    if requests.writes == 0:
+        metrics.NOOP_RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        metrics.NOOP_RECONCILE_READS.inc(requests.reads)
+    return requeue
 
 
 async def serve(options: Options) -> int:
     api = await api_client(options)
-    kube = Kube(api)
+    cache = ClusterCache()
+    kube = WriteThroughKube(api, cache)
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     lost = asyncio.Event()
     elector = None
@@ -133,17 +169,22 @@ async def serve(options: Options) -> int:
     else:
         metrics.LEADER.set(1)
 
+    if not options.read_nodes:
+        log.warning("not reading nodes (--no-read-nodes): GPU memory must be set in each spec")
     ctx = Context(
         kube=kube,
+        reads=Reads(cache, kube),
         catalog=load_flag_catalog(),
         defaults=Defaults(vllm_image=options.vllm_image, ollama_image=options.ollama_image),
         instance=identity,
     )
-    scheduler = Scheduler(lambda ns, name: reconcile(ctx, ns, name))
-    tasks.append(asyncio.create_task(resync_forever(scheduler, options.resync_seconds)))
+    scheduler = Scheduler(lambda ns, name: counted(ctx, ns, name), workers=options.max_concurrent_reconciles)
+    relists = Relists(kube, clusterwide=not options.namespaces)
+    scheduler.start()
+    tasks.append(asyncio.create_task(scheduler.resync_forever(options.resync_seconds)))
     try:
         await kopf.operator(
-            registry=registry_for(scheduler, options),
+            registry=registry_for(scheduler, options, cache, relists),
             standalone=True,
             clusterwide=not options.namespaces,
             namespaces=list(options.namespaces),
@@ -153,6 +194,8 @@ async def serve(options: Options) -> int:
     finally:
         for task in tasks:
             task.cancel()
+        relists.cancel()
+        await scheduler.stop()
         if elector is not None and not lost.is_set():
             with contextlib.suppress(Exception):
                 await elector.release()

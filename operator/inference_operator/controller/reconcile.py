@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,15 +25,17 @@ from ..render import (
     ROLE_VLLM,
     Owner,
     Target,
+    VllmPods,
     cache_pvc,
     ollama_name,
     ollama_objects,
     pdb,
-    revision,
     stable_service,
     vllm_deployment,
+    vllm_pods,
 )
 from . import metrics
+from .cache import Reader
 from .conditions import build_status, decided_conditions, iso, memory_from_status, refused_conditions
 from .diff import contains
 from .facts import gpu_facts
@@ -43,7 +44,6 @@ from .observe import observe
 from .rollout import Decision, Desired, Event, FallbackPolicy, decide
 
 log = logging.getLogger("inference_operator.reconcile")
-NODE_CACHE_SECONDS = 30.0
 
 
 def utcnow() -> datetime:
@@ -53,24 +53,14 @@ def utcnow() -> datetime:
 @dataclass
 class Context:
     kube: Kube
+    reads: Reader  # the watch-fed caches: what a reconcile reads costs no API request
     catalog: FlagCatalog
     defaults: Defaults
     clock: Callable[[], datetime] = utcnow
     instance: str = field(default_factory=socket.gethostname)
-    _nodes: list[dict[str, Any]] = field(default_factory=list)
-    _nodes_at: float = -1e9
 
     async def nodes(self) -> list[dict[str, Any]]:
-        if time.monotonic() - self._nodes_at > NODE_CACHE_SECONDS:
-            try:
-                self._nodes = await self.kube.list("v1", "Node", None)
-            except ApiException as err:
-                if err.status != 403:
-                    raise
-                log.warning("cannot list nodes (forbidden): GPU memory must be set in each spec")
-                self._nodes = []
-            self._nodes_at = time.monotonic()
-        return self._nodes
+        return await self.reads.list("v1", "Node", None)
 
 
 def endpoint(server: InferenceServer) -> str:
@@ -84,7 +74,7 @@ def _describe(err: ValidationError) -> str:
 
 async def reconcile(ctx: Context, namespace: str, name: str) -> float | None:
     """Bring one server's children and status in line; return when to look again (seconds), if ever."""
-    obj = await ctx.kube.get(API_VERSION, KIND, namespace, name)
+    obj = await ctx.reads.get(API_VERSION, KIND, namespace, name)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return None
     now = ctx.clock()
@@ -103,15 +93,22 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> float | None:
         await _refuse(ctx, obj, previous, generation, "PlanRefused", str(err), now)
         return None
 
-    rev = revision(launch)
+    vllm = vllm_pods(launch)  # rendered once: the revision's hash and its Deployment's pod template
+    rev = vllm.revision
     owner = Owner(name=name, uid=obj["metadata"]["uid"])
-    deployments = await ctx.kube.list("apps/v1", "Deployment", namespace, {LABEL_SERVER: name})
-    pods = await ctx.kube.list("v1", "Pod", namespace, {LABEL_SERVER: name})
+    deployments = await ctx.reads.list("apps/v1", "Deployment", namespace, {LABEL_SERVER: name})
+    pods = await ctx.reads.list("v1", "Pod", namespace, {LABEL_SERVER: name})
     observed = observe(deployments, pods, server.spec.resources.gpu_resource_name)
     memory = memory_from_status(previous)
     decision = decide(_desired(server, rev), observed, memory, now)
+    if _shrinks(decision, deployments):
+        # Fresh reads, not the caches: deleting or scaling down a revision is decided on the API server's state.
+        deployments = await ctx.kube.list("apps/v1", "Deployment", namespace, {LABEL_SERVER: name})
+        pods = await ctx.kube.list("v1", "Pod", namespace, {LABEL_SERVER: name})
+        observed = observe(deployments, pods, server.spec.resources.gpu_resource_name)
+        decision = decide(_desired(server, rev), observed, memory, now)
 
-    await _apply_children(ctx, launch, rev, owner, decision, deployments)
+    await _apply_children(ctx, launch, vllm, owner, decision, deployments)
 
     serving = decision.revision
     replicas = decision.deployments.get(serving, 0) if decision.backend == "vllm" else None
@@ -134,6 +131,17 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> float | None:
         await _post_event(ctx, obj, event, now)
         _count(event, decision, now)
     return decision.requeue_after
+
+
+def _shrinks(decision: Decision, deployments: list[dict[str, Any]]) -> bool:
+    """Would the decision delete or scale down a vLLM revision that has pods?"""
+    for dep in deployments:
+        labels = dep["metadata"].get("labels") or {}
+        old = labels.get(LABEL_REVISION)
+        replicas = int((dep.get("spec") or {}).get("replicas") or 0)
+        if labels.get(LABEL_ROLE) == ROLE_VLLM and old is not None and decision.deployments.get(old, 0) < replicas:
+            return True
+    return False
 
 
 def _desired(server: InferenceServer, rev: str) -> Desired:
@@ -163,18 +171,20 @@ async def _ensure(ctx: Context, desired: dict[str, Any], live: dict[str, Any] | 
 async def _apply_children(
     ctx: Context,
     launch: LaunchPlan,
-    rev: str,
+    vllm: VllmPods,
     owner: Owner,
     decision: Decision,
     deployments: list[dict[str, Any]],
 ) -> None:
-    kube, ns = ctx.kube, launch.namespace
+    kube, ns, rev = ctx.kube, launch.namespace, vllm.revision
     live_by_name = {d["metadata"]["name"]: d for d in deployments}
-    services = {s["metadata"]["name"]: s for s in await kube.list("v1", "Service", ns, {LABEL_SERVER: launch.name})}
+    services = {
+        s["metadata"]["name"]: s for s in await ctx.reads.list("v1", "Service", ns, {LABEL_SERVER: launch.name})
+    }
 
     pvc = cache_pvc(launch, owner)
     if pvc is not None:
-        live = await kube.get("v1", "PersistentVolumeClaim", ns, pvc["metadata"]["name"])
+        live = await ctx.reads.get("v1", "PersistentVolumeClaim", ns, pvc["metadata"]["name"])
         try:
             await _ensure(ctx, pvc, live)
         except ApiException as err:
@@ -184,7 +194,7 @@ async def _apply_children(
 
     # New revision first, then the Service, then the old revisions: traffic moves before pods go.
     if rev in decision.deployments:
-        desired = vllm_deployment(launch, rev, owner, replicas=decision.deployments[rev])
+        desired = vllm_deployment(launch, rev, owner, replicas=decision.deployments[rev], pods=vllm)
         await _ensure(ctx, desired, live_by_name.get(desired["metadata"]["name"]))
 
     if launch.ollama is not None:
@@ -213,7 +223,7 @@ async def _apply_children(
             await kube.delete("apps/v1", "Deployment", ns, dep["metadata"]["name"])
 
     budget = pdb(launch, owner)
-    await _ensure(ctx, budget, await kube.get("policy/v1", "PodDisruptionBudget", ns, budget["metadata"]["name"]))
+    await _ensure(ctx, budget, await ctx.reads.get("policy/v1", "PodDisruptionBudget", ns, budget["metadata"]["name"]))
 
 
 async def _write_status(ctx: Context, obj: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> None:

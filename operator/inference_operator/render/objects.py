@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -64,7 +64,31 @@ class Target:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: parsing dominates rendering
 
 
+_RENDERED_MAX = 8192
+_rendered: OrderedDict[bytes, str] = OrderedDict()  # digest of (template, context) -> the object, as JSON
+
+
 def _render(template: str, **context: Any) -> dict[str, Any]:
+    """The template rendered and parsed, remembered by its inputs: parsing YAML is ~80% of rendering, and a
+    reconcile that changes nothing renders what the previous one did (a bounded LRU, as JSON: compact)."""
+    try:
+        inputs = json.dumps([template, context], sort_keys=True, separators=(",", ":"))
+    except TypeError:  # a value JSON cannot hold: render without remembering
+        return _parse(template, context)
+    key = hashlib.blake2b(inputs.encode(), digest_size=16).digest()
+    known = _rendered.get(key)
+    if known is not None:
+        _rendered.move_to_end(key)
+        cached: dict[str, Any] = json.loads(known)
+        return cached
+    loaded = _parse(template, context)
+    _rendered[key] = json.dumps(loaded, separators=(",", ":"))
+    if len(_rendered) > _RENDERED_MAX:
+        _rendered.popitem(last=False)
+    return loaded
+
+
+def _parse(template: str, context: dict[str, Any]) -> dict[str, Any]:
     loaded = yaml.load(_ENV.get_template(template).render(**context), Loader=_LOADER)
     assert isinstance(loaded, dict)
     return loaded
@@ -214,7 +238,7 @@ def vllm_deployment(
         selector={LABEL_SERVER: plan.name, LABEL_ROLE: ROLE_VLLM, LABEL_REVISION: revision_id},
     )
     if pods is not None and pods.revision == revision_id:
-        deployment["spec"]["template"] = copy.deepcopy(pods.template)
+        deployment["spec"]["template"] = json.loads(json.dumps(pods.template))  # the caller's own copy
     else:
         deployment["spec"]["template"] = vllm_pod_template(plan, revision_id)
     return deployment

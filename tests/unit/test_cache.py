@@ -201,3 +201,34 @@ async def test_kinds_the_caches_do_not_hold_are_read_from_the_api_server(
     kube = WriteThroughKube(api, ClusterCache())
     assert await Reads(kube.cache, kube).get("coordination.k8s.io/v1", "Lease", "ns", "l") == lease
     assert len(kmock["get"]) == 1
+
+
+def test_of_a_node_the_cache_keeps_what_plans_read() -> None:
+    cache = ObjectCache("Node")
+    labels = {"nvidia.com/gpu.memory": "81559"}
+    cache.observe(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "n", "resourceVersion": "3", "labels": labels, "annotations": {"a": "b"}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "images": [{"names": ["x"]}], "conditions": []},
+        }
+    )
+    assert cache.get(None, "n") == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n", "resourceVersion": "3", "labels": labels},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+    }
+
+
+def test_of_a_pod_the_cache_keeps_its_status_and_node_not_its_spec() -> None:
+    cache = ObjectCache("Pod")
+    full = pod("p", 1)
+    full["spec"] = {"nodeName": "gpu-1", "containers": [{"name": "vllm", "image": "x"}]}
+    cache.observe(full)
+    kept = cache.get("ns", "p")
+    assert kept is not None
+    assert kept["spec"] == {"nodeName": "gpu-1"}
+    assert kept["status"] == full["status"]
+    assert kept["metadata"]["labels"] == full["metadata"]["labels"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -74,15 +75,36 @@ def _copy(value: Any) -> Any:
     return value
 
 
+def _compact(value: Any) -> Any:
+    """A copy sharing its keys and short strings with every other cached object: parsed JSON does not."""
+    if isinstance(value, dict):
+        return {sys.intern(k): _compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    if isinstance(value, str) and len(value) <= 64:
+        return sys.intern(value)
+    return value
+
+
 def _trimmed(obj: Any, kind: str) -> dict[str, Any]:
-    """What reconciles read, without what they never do: field managers, and a node's image list."""
-    out = {k: v for k, v in obj.items()}
-    meta = out.get("metadata") or {}
-    if "managedFields" in meta:
-        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    if kind == "Node" and "images" in (out.get("status") or {}):
-        out["status"] = {k: v for k, v in out["status"].items() if k != "images"}
-    return out
+    """What reconciles read, without what they never do: field managers anywhere; of a Pod, its spec but
+    for the node; of a node, all but its labels and resources (every reconcile reads every node)."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    if kind == "Node":
+        status = obj.get("status") or {}
+        return {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": kind,
+            "metadata": _compact({k: meta[k] for k in ("name", "uid", "resourceVersion", "labels") if k in meta}),
+            "status": _compact({k: status[k] for k in ("allocatable", "capacity") if k in status}),
+        }
+    out = {k: v for k, v in obj.items() if k != "metadata"}
+    if kind == "Pod":
+        node = (out.get("spec") or {}).get("nodeName")
+        out["spec"] = {"nodeName": node} if node else {}
+    out["metadata"] = meta
+    compacted: dict[str, Any] = _compact(out)
+    return compacted
 
 
 def _matches(obj: dict[str, Any], labels: dict[str, str]) -> bool:

@@ -143,6 +143,17 @@ async def test_reads_answer_cached_kinds_without_the_api_server() -> None:
     assert cache.sizes()["Pod"] == 1
 
 
+def test_the_watch_copy_of_our_own_write_is_told_apart_from_a_change_by_others() -> None:
+    cache = ClusterCache()
+    cache.wrote(pod("p", 7))
+    assert cache.echo(pod("p", 7))
+    assert not cache.echo(pod("p", 7))  # once
+    cache.wrote(pod("p", 9))
+    assert not cache.echo(pod("p", 8))  # someone else's change came first
+    assert not cache.echo(pod("q", 9))
+    assert cache.echo(pod("p", 9))
+
+
 # Against a fake API server --------------------------------------------------------------------
 def deployment(rv: int) -> dict[str, Any]:
     return {

@@ -227,6 +227,24 @@ class ClusterCache:
 
     def __init__(self, kinds: Iterable[Kind] = (SERVERS, NODES, *CHILD_KINDS)) -> None:
         self._caches = {k: ObjectCache(k[1]) for k in kinds}
+        self._written: dict[tuple[Any, ...], Any] = {}  # object -> resourceVersion of our last write
+
+    def wrote(self, obj: Any) -> None:
+        """Note the version a write of ours produced, whose watch event will say nothing new."""
+        if self.observe(obj):
+            meta = obj["metadata"]
+            self._written[(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])] = meta.get(
+                "resourceVersion"
+            )
+
+    def echo(self, obj: Any) -> bool:
+        """Is this watch event the copy of our own latest write of the object?"""
+        meta = obj.get("metadata") or {}
+        key = (obj.get("apiVersion"), obj.get("kind"), meta.get("namespace"), meta.get("name"))
+        if key in self._written and self._written[key] == meta.get("resourceVersion"):
+            del self._written[key]
+            return True
+        return False
 
     def holds(self, api_version: str, kind: str) -> bool:
         return (api_version, kind) in self._caches
@@ -242,6 +260,8 @@ class ClusterCache:
         return kept
 
     def remove(self, obj: Any) -> None:
+        meta = obj.get("metadata") or {}
+        self._written.pop((obj.get("apiVersion"), obj.get("kind"), meta.get("namespace"), meta.get("name")), None)
         cache = self._caches.get((obj.get("apiVersion"), obj.get("kind")))
         if cache is not None:
             cache.remove(obj)
@@ -290,7 +310,7 @@ class WriteThroughKube(Kube):
         metrics.count_request(method)
         result = await super()._call(method, path, query=query, body=body, content_type=content_type)
         if method != "GET" and isinstance(result, dict) and "kind" in result:
-            self.cache.observe(result)
+            self.cache.wrote(result)
         return result
 
     async def relist(self, api_version: str, kind: str, namespace: str | None, label_selector: str | None) -> int:

@@ -9,7 +9,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -91,12 +91,10 @@ def registry_for(
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         tune(settings)
 
-    for resource in [(GROUP, VERSION, PLURAL), *CHILDREN, *([NODE_RESOURCE] if options.read_nodes else [])]:
-        _feed_cache(registry, resource, cache, relists)
-
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def server_changed(type: str, name: str, namespace: str | None, **_: Any) -> None:
-        if namespace is None:
+    def server_changed(type: str | None, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        namespace, name = meta.get("namespace"), meta.get("name")
+        if namespace is None or name is None:
             return
         if type == "DELETED":
             scheduler.forget(namespace, name)
@@ -105,20 +103,28 @@ def registry_for(
             scheduler.request(namespace, name)
         metrics.SERVERS.set(len(scheduler.known))
 
-    for group, version, plural in CHILDREN:
+    def child_changed(type: str | None, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        owner, namespace = (meta.get("labels") or {}).get(LABEL_SERVER), meta.get("namespace")
+        if owner and namespace and (namespace, owner) in scheduler.known:
+            scheduler.request(namespace, owner)
 
-        @kopf.on.event(group, version, plural, labels={LABEL_SERVER: kopf.PRESENT}, registry=registry)
-        async def child_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-            owner = labels.get(LABEL_SERVER)
-            if owner and namespace and (namespace, owner) in scheduler.known:
-                scheduler.request(namespace, owner)
-
+    _watch(registry, (GROUP, VERSION, PLURAL), cache, relists, server_changed)
+    for resource in CHILDREN:
+        _watch(registry, resource, cache, relists, child_changed)
+    if options.read_nodes:
+        _watch(registry, NODE_RESOURCE, cache, relists, None)  # new nodes wait for the next resync
     return registry
 
 
-def _feed_cache(
-    registry: kopf.OperatorRegistry, resource: tuple[str, str, str], cache: ClusterCache, relists: Relists | None
+def _watch(
+    registry: kopf.OperatorRegistry,
+    resource: tuple[str, str, str],
+    cache: ClusterCache,
+    relists: Relists | None,
+    changed: Callable[[str | None, Mapping[str, Any]], None] | None,
 ) -> None:
+    """Feed the cache of one resource from kopf's watch of it, and tell `changed` what changed."""
     group, version, plural = resource
     selector = LABEL_SERVER if resource in CHILDREN else None
 
@@ -129,17 +135,20 @@ def _feed_cache(
     async def fill(body: kopf.Body, **_: Any) -> None:
         cache.observe(body)
 
-    # Registered before the handlers that request reconciles: those read the cache this refreshed.
-    @kopf.on.event(group, version, plural, id=f"refresh_{plural}", registry=registry)
-    async def refresh(type: str | None, event: Mapping[str, Any], **_: Any) -> None:
+    @kopf.on.event(group, version, plural, id=f"watch_{plural}", registry=registry)
+    async def seen(type: str | None, event: Mapping[str, Any], **_: Any) -> None:
         obj = event["object"]
         if type == "DELETED":
             cache.remove(obj)
-            return
-        cache.observe(obj)
-        if type is None and relists is not None:  # kopf listed the kind (again)
-            meta = obj.get("metadata") or {}
-            relists.listed(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), selector)
+        else:
+            cache.observe(obj)
+            if type is None and relists is not None:  # kopf listed the kind (again)
+                meta = obj.get("metadata") or {}
+                relists.listed(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), selector)
+            if cache.echo(obj):
+                return  # the watch's copy of our own write: the reconcile that wrote it knew it already
+        if changed is not None:
+            changed(type, obj)
 
 
 async def counted(ctx: Context, namespace: str, name: str) -> float | None:

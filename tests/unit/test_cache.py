@@ -243,3 +243,23 @@ def test_of_a_pod_the_cache_keeps_its_status_and_node_not_its_spec() -> None:
     assert kept["spec"] == {"nodeName": "gpu-1"}
     assert kept["status"] == full["status"]
     assert kept["metadata"]["labels"] == full["metadata"]["labels"]
+
+
+async def test_readers_share_the_node_list_until_a_node_changes() -> None:
+    cache = ClusterCache()
+
+    def node(rv: int, labels: dict[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "n", "resourceVersion": str(rv), "labels": labels},
+        }
+
+    cache.observe(node(1, {}))
+    reads = Reads(cache, None)  # type: ignore[arg-type]
+    first = await reads.list("v1", "Node", None)
+    assert await reads.list("v1", "Node", None) is first
+    cache.observe(node(2, {"gpu": "yes"}))
+    again = await reads.list("v1", "Node", None)
+    assert again is not first
+    assert again[0]["metadata"]["labels"] == {"gpu": "yes"}

@@ -8,7 +8,8 @@ own writes, even when the watch event of that write is still on its way.
 
 An object is only ever replaced by one with a higher resourceVersion (a late watch event cannot undo
 a newer write response), and a deletion leaves a short-lived tombstone so that a write response that
-raced with the deletion does not bring the object back.
+raced with the deletion does not bring the object back. The caches keep what reconciles read: no
+field managers, of a Pod no spec but its node, of a Node only its labels and resources.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class ObjectCache:
         self._objects: dict[str | None, dict[str, dict[str, Any]]] = {}
         self._by_server: dict[Name, set[str]] = {}
         self._tombstones: OrderedDict[Name, tuple[int | None, float]] = OrderedDict()
+        self.version = 0  # counts changes
 
     def __len__(self) -> int:
         return sum(len(names) for names in self._objects.values())
@@ -142,6 +144,7 @@ class ObjectCache:
         if current is not None:
             self._unindex(ns, name, current)
         stored = _trimmed(obj, self.kind)
+        self.version += 1
         self._objects.setdefault(ns, {})[name] = stored
         owner = (stored["metadata"].get("labels") or {}).get(LABEL_SERVER)
         if owner is not None:
@@ -206,6 +209,7 @@ class ObjectCache:
                     yield ns, name, obj
 
     def _forget(self, ns: str | None, name: str, obj: dict[str, Any]) -> None:
+        self.version += 1
         self._unindex(ns, name, obj)
         objects = self._objects.get(ns, {})
         objects.pop(name, None)
@@ -272,11 +276,16 @@ class ClusterCache:
 
 
 class Reads:
-    """Kube.get / Kube.list answered from the caches; kinds the caches do not hold go to the API server."""
+    """Kube.get / Kube.list answered from the caches; kinds the caches do not hold go to the API server.
+
+    What it returns is the caller's own copy, except the list of all nodes: every reconcile reads it,
+    so while the nodes do not change every reader gets the same list, to read and not to change.
+    """
 
     def __init__(self, cache: ClusterCache, kube: Kube) -> None:
         self.cache = cache
         self.kube = kube
+        self._nodes: tuple[int, list[dict[str, Any]]] = (-1, [])
 
     async def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         if not self.cache.holds(api_version, kind):
@@ -288,7 +297,12 @@ class Reads:
     ) -> list[dict[str, Any]]:
         if not self.cache.holds(api_version, kind):
             return await self.kube.list(api_version, kind, namespace, labels)
-        return self.cache.of(api_version, kind).select(namespace, labels)
+        cache = self.cache.of(api_version, kind)
+        if (api_version, kind) == NODES and namespace is None and not labels:
+            if self._nodes[0] != cache.version:
+                self._nodes = (cache.version, cache.select(None, None))
+            return self._nodes[1]
+        return cache.select(namespace, labels)
 
 
 class WriteThroughKube(Kube):

@@ -88,6 +88,11 @@ def _render(template: str, **context: Any) -> dict[str, Any]:
     return loaded
 
 
+def forget_renders() -> None:
+    """Drop the remembered renders (to measure rendering from scratch)."""
+    _rendered.clear()
+
+
 def _parse(template: str, context: dict[str, Any]) -> dict[str, Any]:
     loaded = yaml.load(_ENV.get_template(template).render(**context), Loader=_LOADER)
     assert isinstance(loaded, dict)

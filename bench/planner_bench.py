@@ -8,15 +8,22 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from inference_operator.api import InferenceServer
-from inference_operator.planner import ClusterFacts, load_flag_catalog, plan
+from inference_operator.planner import ClusterFacts, FlagCatalog, load_flag_catalog, plan
 from inference_operator.render import objects
+from inference_operator.render.objects import forget_renders
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 FACTS = ClusterFacts(gpu_memory_gib=80.0, gpu_memory_source="bench", max_gpus_per_node=8)
+
+
+def render_from_scratch(server: InferenceServer, catalog: FlagCatalog) -> list[dict[str, Any]]:
+    forget_renders()
+    return objects(plan(server, catalog, FACTS))
 
 
 def main() -> None:
@@ -28,6 +35,7 @@ def main() -> None:
     for label, work in (
         ("plan", lambda s: plan(s, catalog, FACTS)),
         ("plan+render", lambda s: objects(plan(s, catalog, FACTS))),
+        ("  from scratch", lambda s: render_from_scratch(s, catalog)),
     ):
         count, start = 0, time.perf_counter()
         while time.perf_counter() - start < args.seconds:

@@ -459,7 +459,7 @@ def audit_writes(path: Any, namespace: str, since: float) -> list[dict[str, Any]
     return writes
 
 
-async def test_full_resync_of_twenty_ready_servers_writes_nothing(
+async def test_full_resync_of_twenty_ready_servers_reads_and_writes_nothing(
     operator_factory: Start, servers: Servers, namespace: str, cluster: ClusterHandle
 ) -> None:
     op = operator_factory("--resync-seconds", "3")
@@ -477,11 +477,12 @@ async def test_full_resync_of_twenty_ready_servers_writes_nothing(
 
     start = resyncs()
     await wait_for(metrics_now, lambda r: r >= start + 1, timeout=30, what="a resync after all are Ready")
-    writes_before = op.writes()
+    writes_before, reads_before = op.writes(), op.reads()
     window_start = time.time()
     settled = resyncs()
     await wait_for(metrics_now, lambda r: r >= settled + 2, timeout=30, what="two more full resyncs")
     assert op.writes() == writes_before
+    assert op.reads() == reads_before  # the servers, their children and the nodes come from the watches
     reconciles = op.metrics()['inference_operator_reconciles_total{result="ok"}']
     assert reconciles >= 60  # the resyncs did reconcile every server
     if cluster.audit_log is not None:

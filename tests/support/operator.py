@@ -90,6 +90,9 @@ class OperatorProcess:
     def writes(self) -> float:
         return sum(v for k, v in self.metrics().items() if k.startswith("inference_operator_api_writes_total"))
 
+    def reads(self) -> float:
+        return sum(v for k, v in self.metrics().items() if k.startswith("inference_operator_api_reads_total"))
+
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from inference_operator.api import InferenceServer
 from inference_operator.planner import CATALOG as MODELS
 from inference_operator.planner import ClusterFacts, PlanError, load_flag_catalog, plan
-from inference_operator.render import revision
+from inference_operator.render import Owner, revision, vllm_deployment, vllm_pods
 
 FLAGS = load_flag_catalog()
 FACTS = ClusterFacts(gpu_memory_gib=80.0, gpu_memory_source="test", max_gpus_per_node=8)
@@ -118,3 +118,31 @@ def test_revision_ignores_fields_that_do_not_touch_the_vllm_pods() -> None:
     reference = revision(plan(make(base), FLAGS, FACTS))
     for spec in same:
         assert revision(plan(make(spec), FLAGS, FACTS)) == reference, spec
+
+
+pod_metadata_st = st.fixed_dictionaries(
+    {},
+    optional={
+        "labels": st.dictionaries(
+            st.sampled_from(["team", "inference-operator.dev/revision"]), st.sampled_from(["a", "b"])
+        ),
+        "annotations": st.dictionaries(st.sampled_from(["note"]), st.sampled_from(["x"])),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec_st, pod_metadata_st, st.integers(0, 4))
+def test_deployment_from_the_pods_rendered_once_equals_a_fresh_render(
+    spec: dict[str, Any], pod_metadata: dict[str, Any], replicas: int
+) -> None:
+    try:
+        launch = plan(make({**spec, "podMetadata": pod_metadata}), FLAGS, FACTS)
+    except PlanError:
+        return
+    owner = Owner(name="p", uid="u")
+    pods = vllm_pods(launch)
+    assert pods.revision == revision(launch)
+    once = vllm_deployment(launch, pods.revision, owner, replicas=replicas, pods=pods)
+    assert once == vllm_deployment(launch, pods.revision, owner, replicas=replicas)
+    assert once["spec"]["template"] is not pods.template  # the caller may change its copy

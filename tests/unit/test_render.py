@@ -266,3 +266,14 @@ def test_children_are_owned_by_the_server() -> None:
         (ref,) = obj["metadata"]["ownerReferences"]
         assert ref["uid"] == OWNER.uid
         assert ref["controller"] is True
+
+
+def test_a_remembered_render_equals_a_fresh_one_and_is_the_callers_own() -> None:
+    p = plan(server({"model": {"name": "org/m"}, "engine": {"version": "0.10.2"}}), FLAGS, FACTS)
+    first = objects(p, owner=OWNER)
+    again = objects(p, owner=OWNER)
+    assert again == first
+    again[0]["metadata"]["labels"]["changed"] = "yes"
+    assert "changed" not in objects(p, owner=OWNER)[0]["metadata"]["labels"]
+    other = objects(p, owner=Owner(name="s", uid="another"))
+    assert other[0]["metadata"]["ownerReferences"][0]["uid"] == "another"

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import socket
 import sys
+import time
 import uuid
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import kopf
@@ -20,12 +22,13 @@ from ..api import GROUP, PLURAL, VERSION
 from ..planner import Defaults, load_flag_catalog
 from ..render import LABEL_SERVER
 from . import metrics
+from .cache import ClusterCache, Reads, Relists, WriteThroughKube
 from .health import serve_health
 from .kube import Kube
 from .leader import LeaseElector, LeaseTiming
 from .options import Options, add_run_arguments
 from .reconcile import Context, reconcile
-from .scheduler import Scheduler
+from .scheduler import Priority, Scheduler
 
 log = logging.getLogger("inference_operator")
 CHILDREN = (
@@ -37,6 +40,7 @@ CHILDREN = (
     # The EndpointSlice controller copies the Service's labels, the server label among them.
     ("discovery.k8s.io", "v1", "endpointslices"),
 )
+NODE_RESOURCE = ("", "v1", "nodes")
 
 
 async def _configuration(options: Options) -> client.Configuration:
@@ -80,7 +84,9 @@ def tune(settings: kopf.OperatorSettings) -> None:
         settings.watching.label_selectors[resource] = LABEL_SERVER
 
 
-def registry_for(scheduler: Scheduler, options: Options) -> kopf.OperatorRegistry:
+def registry_for(
+    scheduler: Scheduler, options: Options, cache: ClusterCache, relists: Relists | None = None
+) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -91,9 +97,10 @@ def registry_for(scheduler: Scheduler, options: Options) -> kopf.OperatorRegistr
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         tune(settings)
 
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def server_changed(type: str, name: str, namespace: str | None, **_: Any) -> None:
-        if namespace is None:
+    def server_changed(type: str | None, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        namespace, name = meta.get("namespace"), meta.get("name")
+        if namespace is None or name is None:
             return
         if type == "DELETED":
             scheduler.forget(namespace, name)
@@ -102,24 +109,81 @@ def registry_for(scheduler: Scheduler, options: Options) -> kopf.OperatorRegistr
             scheduler.request(namespace, name)
         metrics.SERVERS.set(len(scheduler.known))
 
-    for group, version, plural in CHILDREN:
+    def child_changed(type: str | None, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        owner, namespace = (meta.get("labels") or {}).get(LABEL_SERVER), meta.get("namespace")
+        if owner and namespace and (namespace, owner) in scheduler.known:
+            scheduler.request(namespace, owner)
 
-        @kopf.on.event(group, version, plural, labels={LABEL_SERVER: kopf.PRESENT}, registry=registry)
-        async def child_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-            owner = labels.get(LABEL_SERVER)
-            if owner and namespace and (namespace, owner) in scheduler.known:
-                scheduler.request(namespace, owner)
+    _watch(registry, (GROUP, VERSION, PLURAL), cache, relists, server_changed)
+    for resource in CHILDREN:
+        _watch(registry, resource, cache, relists, child_changed)
+    gpu_facts: dict[str, str] = {}
 
+    def node_changed(type: str | None, obj: Mapping[str, Any]) -> None:
+        # Plans are pinned: a node's GPU facts never re-plan a server, but when they change every server looks
+        # again (at the priority of a resync) so that PlanOutdated says what a re-plan would change.
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith("nvidia.com/")}
+        facts = "" if type == "DELETED" else json.dumps([labels, (obj.get("status") or {}).get("allocatable")])
+        if gpu_facts.get(name) == facts:
+            return
+        known_before = name in gpu_facts
+        gpu_facts[name] = facts
+        if type is None and not known_before:
+            return  # the first listing: nothing changed
+        for key in sorted(scheduler.known):
+            scheduler.request(*key, priority=Priority.RESYNC)
+
+    if options.read_nodes:
+        _watch(registry, NODE_RESOURCE, cache, relists, node_changed)
     return registry
 
 
-async def resync_forever(scheduler: Scheduler, every: float) -> None:
-    while True:
-        await asyncio.sleep(every)
-        for key in sorted(scheduler.known):
-            scheduler.request(*key)
-        await scheduler.idle()
-        metrics.RESYNCS.inc()
+def _watch(
+    registry: kopf.OperatorRegistry,
+    resource: tuple[str, str, str],
+    cache: ClusterCache,
+    relists: Relists | None,
+    changed: Callable[[str | None, Mapping[str, Any]], None] | None,
+) -> None:
+    """Feed the cache of one resource from kopf's watch of it, and tell `changed` what changed."""
+    group, version, plural = resource
+    selector = LABEL_SERVER if resource in CHILDREN else None
+
+    # kopf runs index handlers on every listed object before any other handler of any resource,
+    # so the caches hold every server, child and node before the first reconcile. Both handlers are
+    # coroutines: kopf would run plain functions in threads, and the caches belong to the event loop.
+    @kopf.index(group, version, plural, id=f"cache_{plural}", registry=registry)
+    async def fill(body: kopf.Body, **_: Any) -> None:
+        cache.observe(body)
+
+    @kopf.on.event(group, version, plural, id=f"watch_{plural}", registry=registry)
+    async def seen(type: str | None, event: Mapping[str, Any], **_: Any) -> None:
+        obj = event["object"]
+        if type == "DELETED":
+            cache.remove(obj)
+        else:
+            cache.observe(obj)
+            if type is None and relists is not None:  # kopf listed the kind (again)
+                meta = obj.get("metadata") or {}
+                relists.listed(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), selector)
+            if cache.echo(obj):
+                return  # the watch's copy of our own write: the reconcile that wrote it knew it already
+        if changed is not None:
+            changed(type, obj)
+
+
+async def counted(ctx: Context, namespace: str, name: str) -> float | None:
+    """One reconcile; those that write nothing are timed apart: they are what a resync costs."""
+    started = time.perf_counter()
+    with metrics.counting_requests() as requests:
+        requeue = await reconcile(ctx, namespace, name)
+    if requests.writes == 0:
+        metrics.NOOP_RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        metrics.NOOP_RECONCILE_READS.inc(requests.reads)
+    return requeue
 
 
 def elector_for(options: Options, kube: Kube, identity: str) -> LeaseElector:
@@ -130,7 +194,8 @@ def elector_for(options: Options, kube: Kube, identity: str) -> LeaseElector:
 
 async def serve(options: Options) -> int:
     api = await api_client(options)
-    kube = Kube(api)
+    cache = ClusterCache()
+    kube = WriteThroughKube(api, cache)
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     lost = asyncio.Event()
     elector = elector_for(options, kube, identity) if options.leader_elect else None
@@ -144,20 +209,25 @@ async def serve(options: Options) -> int:
     else:
         metrics.LEADER.set(1)
 
+    if not options.read_nodes:
+        log.warning("not reading nodes (--no-read-nodes): GPU memory must be set in each spec")
     ctx = Context(
         kube=kube,
+        reads=Reads(cache, kube),
         catalog=load_flag_catalog(),
         defaults=Defaults(vllm_image=options.vllm_image, ollama_image=options.ollama_image),
         instance=identity,
         max_concurrent_rollouts=options.max_concurrent_rollouts,
     )
-    scheduler = Scheduler(lambda ns, name: reconcile(ctx, ns, name))
-    tasks.append(asyncio.create_task(resync_forever(scheduler, options.resync_seconds)))
+    scheduler = Scheduler(lambda ns, name: counted(ctx, ns, name), workers=options.max_concurrent_reconciles)
+    relists = Relists(kube, clusterwide=not options.namespaces)
+    scheduler.start()
+    tasks.append(asyncio.create_task(scheduler.resync_forever(options.resync_seconds)))
     try:
         await cancel_on(
             lost,
             kopf.operator(
-                registry=registry_for(scheduler, options),
+                registry=registry_for(scheduler, options, cache, relists),
                 standalone=True,
                 clusterwide=not options.namespaces,
                 namespaces=list(options.namespaces),
@@ -166,6 +236,8 @@ async def serve(options: Options) -> int:
     finally:
         for task in tasks:
             task.cancel()
+        relists.cancel()
+        await scheduler.stop()
         if elector is not None and not lost.is_set():
             with contextlib.suppress(Exception):
                 await elector.release()

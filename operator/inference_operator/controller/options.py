@@ -19,6 +19,8 @@ class Options:
     health_address: str
     resync_seconds: float
     max_concurrent_rollouts: int
+    max_concurrent_reconciles: int
+    read_nodes: bool
     leader_elect: bool
     leader_election_namespace: str | None
     lease_name: str
@@ -40,6 +42,8 @@ class Options:
             health_address=args.health_address,
             resync_seconds=args.resync_seconds,
             max_concurrent_rollouts=args.max_concurrent_rollouts,
+            max_concurrent_reconciles=args.max_concurrent_reconciles,
+            read_nodes=args.read_nodes,
             leader_elect=args.leader_elect,
             leader_election_namespace=args.leader_election_namespace,
             lease_name=args.lease_name,
@@ -49,6 +53,16 @@ class Options:
             log_format=args.log_format,
             log_level=args.log_level,
         )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def _env_list(name: str) -> list[str]:
@@ -83,6 +97,18 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=float(env("RESYNC_SECONDS", "300")),
         help="how often every server is reconciled even without changes (drift)",
+    )
+    p.add_argument(
+        "--max-concurrent-reconciles",
+        type=_positive_int,
+        default=_positive_int(env("MAX_CONCURRENT_RECONCILES", "16")),
+        help="how many servers are reconciled at the same time [MAX_CONCURRENT_RECONCILES]",
+    )
+    p.add_argument(
+        "--read-nodes",
+        action=argparse.BooleanOptionalAction,
+        default=env("READ_NODES", "true").lower() == "true",
+        help="watch nodes to size plans from GPU feature discovery labels (needs list/watch on nodes) [READ_NODES]",
     )
     p.add_argument(
         "--max-concurrent-rollouts",

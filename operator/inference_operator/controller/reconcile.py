@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,16 +29,18 @@ from ..render import (
     ROLE_VLLM,
     Owner,
     Target,
+    VllmPods,
     cache_pvc,
     ollama_name,
     ollama_objects,
     ollama_store_pvc,
     pdb,
-    revision,
     stable_service,
     vllm_deployment,
+    vllm_pods,
 )
 from . import metrics
+from .cache import Reader
 from .conditions import (
     TROUBLE_REASONS,
     Cond,
@@ -68,7 +69,6 @@ from .rollout import Decision, Desired, Event, FallbackPolicy, Observed, decide
 from .state import read_memory
 
 log = logging.getLogger("inference_operator.reconcile")
-NODE_CACHE_SECONDS = 30.0
 CONFLICT_RECHECK_SECONDS = 30.0
 QUEUED_RECHECK_SECONDS = 5.0
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -80,27 +80,27 @@ def utcnow() -> datetime:
 
 @dataclass
 class Context:
-    kube: Kube
+    kube: Kube  # fresh reads and every write
     catalog: FlagCatalog
     defaults: Defaults
     clock: Callable[[], datetime] = utcnow
     instance: str = field(default_factory=socket.gethostname)
     max_concurrent_rollouts: int = 0  # 0: no bound
     rollouts: set[tuple[str, str]] = field(default_factory=set)  # servers with a model switch in progress
-    _nodes: list[dict[str, Any]] = field(default_factory=list)
-    _nodes_at: float = -1e9
+    reads: Reader | None = None  # the watch-fed caches: what a reconcile reads costs no API request
+
+    @property
+    def reader(self) -> Reader:
+        return self.reads if self.reads is not None else self.kube
 
     async def nodes(self) -> list[dict[str, Any]]:
-        if time.monotonic() - self._nodes_at > NODE_CACHE_SECONDS:
-            try:
-                self._nodes = await self.kube.list("v1", "Node", None)
-            except ApiException as err:
-                if err.status != 403:
-                    raise
-                log.warning("cannot list nodes (forbidden): GPU memory must be set in each spec")
-                self._nodes = []
-            self._nodes_at = time.monotonic()
-        return self._nodes
+        try:
+            return await self.reader.list("v1", "Node", None)
+        except ApiException as err:
+            if err.status != 403:
+                raise
+            log.warning("cannot list nodes (forbidden): GPU memory must be set in each spec")
+            return []
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,9 @@ class Children:
     slices: list[dict[str, Any]]
 
 
-async def read_children(ctx: Context, namespace: str, name: str, uid: str) -> Children:
-    kube, labels = ctx.kube, {LABEL_SERVER: name}
+async def read_children(ctx: Context, namespace: str, name: str, uid: str, *, fresh: bool = False) -> Children:
+    """From the caches; `fresh` reads the API server instead, as a destructive step must."""
+    kube, labels = (ctx.kube if fresh else ctx.reader), {LABEL_SERVER: name}
 
     def mine(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [o for o in objs if owned(o, uid)]
@@ -146,6 +147,7 @@ def _describe(err: ValidationError) -> str:
 @dataclass(frozen=True)
 class Planned:
     launch: LaunchPlan
+    pods: VllmPods  # the plan's pod template, rendered once, and its revision
     inputs: PlanInputs
     revision: str  # the revision to serve: the plan's, or the one pinned for this generation
     render_revision: bool  # whether that revision's pods are rendered by this operator from the plan
@@ -165,7 +167,8 @@ def _plan_server(
     recorded, pinned_revision = pinned(status, children.deployments, generation, token)
     inputs = recorded or today
     launch = plan(server, ctx.catalog, facts_from_dict(inputs.facts), defaults_of(inputs))
-    rev = revision(launch)
+    pods = vllm_pods(launch)
+    rev = pods.revision
     outdated = None
     if recorded is not None and recorded != today:
         try:
@@ -181,13 +184,13 @@ def _plan_server(
             f"this version of the operator renders the pods as revision {rev}, not {pinned_revision}; "
             f"annotate the server with {REPLAN_ANNOTATION}=<a new value> or change its spec to roll it out"
         )
-        return Planned(launch, inputs, pinned_revision, render_revision=False, outdated=outdated)
-    return Planned(launch, inputs, rev, render_revision=True, outdated=outdated)
+        return Planned(launch, pods, inputs, pinned_revision, render_revision=False, outdated=outdated)
+    return Planned(launch, pods, inputs, rev, render_revision=True, outdated=outdated)
 
 
 async def reconcile(ctx: Context, namespace: str, name: str) -> float | None:
     """Bring one server's children and status in line; return when to look again (seconds), if ever."""
-    obj = await ctx.kube.get(API_VERSION, KIND, namespace, name)
+    obj = await ctx.reader.get(API_VERSION, KIND, namespace, name)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         ctx.rollouts.discard((namespace, name))
         return None
@@ -214,16 +217,29 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> float | None:
 
     launch, rev = planned.launch, planned.revision
     owner = Owner(name=name, uid=uid)
-    memory = read_memory(
-        previous, children.services.get(name), children.deployments, rev, server.spec.rollout.strategy, now, generation
-    )
-    observed = observe(children.deployments, children.pods, server.spec.resources.gpu_resource_name, children.slices)
-    desired = _desired(server, rev)
-    queued = _queued(ctx, (namespace, name), memory.active_revision, memory.rollout.in_progress, rev)
-    if queued:
-        assert memory.active_revision is not None
-        desired = _desired(server, memory.active_revision)
-    decision = decide(desired, observed, memory, now)
+
+    def decided(children: Children) -> tuple[Observed, Decision, bool]:
+        memory = read_memory(
+            previous,
+            children.services.get(name),
+            children.deployments,
+            rev,
+            server.spec.rollout.strategy,
+            now,
+            generation,
+        )
+        observed = observe(
+            children.deployments, children.pods, server.spec.resources.gpu_resource_name, children.slices
+        )
+        queued = _queued(ctx, (namespace, name), memory.active_revision, memory.rollout.in_progress, rev)
+        desired = _desired(server, memory.active_revision if queued and memory.active_revision else rev)
+        return observed, decide(desired, observed, memory, now), queued
+
+    observed, decision, queued = decided(children)
+    if ctx.reads is not None and _shrinks(decision, children.deployments, observed):
+        # Deleting or scaling down what runs is decided on the API server's state, not on the caches'.
+        children = await read_children(ctx, namespace, name, uid, fresh=True)
+        observed, decision, queued = decided(children)
     _track_rollout(ctx, (namespace, name), decision)
 
     conflict = await _apply_children(ctx, launch, planned, owner, decision, children)
@@ -259,6 +275,16 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> float | None:
     if queued:
         return min(decision.requeue_after or QUEUED_RECHECK_SECONDS, QUEUED_RECHECK_SECONDS)
     return decision.requeue_after
+
+
+def _shrinks(decision: Decision, deployments: list[dict[str, Any]], observed: Observed) -> bool:
+    """Would the decision delete or scale down a vLLM revision, or scale down the fallback?"""
+    for dep in deployments:
+        rev = _revision_of(dep)
+        replicas = int((dep.get("spec") or {}).get("replicas") or 0)
+        if rev is not None and decision.deployments.get(rev, 0) < replicas:
+            return True
+    return decision.ollama_replicas < observed.ollama_replicas
 
 
 def _queued(ctx: Context, key: tuple[str, str], active: str | None, in_progress: bool, target: str) -> bool:
@@ -407,7 +433,9 @@ async def _apply_children(
         annotations = deployment_annotations(planned.inputs)
         if rollout.in_progress and rollout.to_revision == rev and rollout.start_time is not None:
             annotations[ANNOTATION_ROLLOUT_START] = format_time(rollout.start_time)
-        revision_dep = vllm_deployment(launch, rev, owner, replicas=decision.deployments[rev], annotations=annotations)
+        revision_dep = vllm_deployment(
+            launch, rev, owner, replicas=decision.deployments[rev], annotations=annotations, pods=planned.pods
+        )
     fallback = ollama_objects(launch, owner, decision.ollama_replicas) if launch.ollama is not None else []
     rolled_back = rollout.to_revision if rollout.result in ("RolledBack", "Failed") else None
     target = Target(decision.backend, decision.revision, decision.memory.active_revision, rolled_back)

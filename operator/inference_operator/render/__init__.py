@@ -16,6 +16,7 @@ from .objects import (
     ROLE_VLLM,
     Owner,
     Target,
+    VllmPods,
     cache_claim_name,
     cache_pvc,
     objects,
@@ -30,6 +31,7 @@ from .objects import (
     stable_service,
     vllm_deployment,
     vllm_deployment_name,
+    vllm_pods,
 )
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "ROLE_VLLM",
     "Owner",
     "Target",
+    "VllmPods",
     "cache_claim_name",
     "cache_pvc",
     "objects",
@@ -62,4 +65,5 @@ __all__ = [
     "stable_service",
     "vllm_deployment",
     "vllm_deployment_name",
+    "vllm_pods",
 ]

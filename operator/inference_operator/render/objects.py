@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,6 +47,7 @@ _ENV = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
     autoescape=False,
     keep_trailing_newline=True,
+    auto_reload=False,  # templates ship with the package: compile once, never stat the files again
 )
 
 
@@ -80,7 +82,36 @@ class Target:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: parsing dominates rendering
 
 
+_RENDERED_MAX = 8192
+_rendered: OrderedDict[bytes, str] = OrderedDict()  # digest of (template, context) -> the object, as JSON
+
+
 def _render(template: str, **context: Any) -> dict[str, Any]:
+    """The template rendered and parsed, remembered by its inputs: parsing YAML is ~80% of rendering, and a
+    reconcile that changes nothing renders what the previous one did (a bounded LRU, as JSON: compact)."""
+    try:
+        inputs = json.dumps([template, context], sort_keys=True, separators=(",", ":"))
+    except TypeError:  # a value JSON cannot hold: render without remembering
+        return _parse(template, context)
+    key = hashlib.blake2b(inputs.encode(), digest_size=16).digest()
+    known = _rendered.get(key)
+    if known is not None:
+        _rendered.move_to_end(key)
+        cached: dict[str, Any] = json.loads(known)
+        return cached
+    loaded = _parse(template, context)
+    _rendered[key] = json.dumps(loaded, separators=(",", ":"))
+    if len(_rendered) > _RENDERED_MAX:
+        _rendered.popitem(last=False)
+    return loaded
+
+
+def forget_renders() -> None:
+    """Drop the remembered renders (to measure rendering from scratch)."""
+    _rendered.clear()
+
+
+def _parse(template: str, context: dict[str, Any]) -> dict[str, Any]:
     loaded = yaml.load(_ENV.get_template(template).render(**context), Loader=_LOADER)
     assert isinstance(loaded, dict)
     return loaded
@@ -224,11 +255,25 @@ def termination_grace_seconds(plan: LaunchPlan) -> int:
     return plan.spec.rollout.drain_seconds + plan.spec.rollout.stream_grace_seconds
 
 
-def revision(plan: LaunchPlan) -> str:
-    """Hash of everything that shapes the vLLM pods; stable under field order, blind to replicas."""
+@dataclass(frozen=True)
+class VllmPods:
+    """The vLLM pod template, rendered once, and the revision that names it."""
+
+    revision: str
+    template: dict[str, Any]
+
+
+def vllm_pods(plan: LaunchPlan) -> VllmPods:
+    """Hash of everything that shapes the vLLM pods (stable under field order, blind to replicas), and the pods."""
     template = vllm_pod_template(plan, revision="")
     digest = hashlib.sha256(json.dumps(template, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    return digest[:10]
+    rev = digest[:10]
+    template["metadata"]["labels"][LABEL_REVISION] = rev  # the only place the revision appears in the template
+    return VllmPods(revision=rev, template=template)
+
+
+def revision(plan: LaunchPlan) -> str:
+    return vllm_pods(plan).revision
 
 
 def vllm_deployment(
@@ -237,7 +282,9 @@ def vllm_deployment(
     owner: Owner | None,
     replicas: int | None = None,
     annotations: dict[str, str] | None = None,
+    pods: VllmPods | None = None,
 ) -> dict[str, Any]:
+    """The Deployment of one vLLM revision; `pods` (from `vllm_pods`) spares rendering the pod template again."""
     labels = {**common_labels(plan, ROLE_VLLM), LABEL_REVISION: revision_id}
     deployment = _render(
         "vllm-deployment.yaml.j2",
@@ -251,7 +298,10 @@ def vllm_deployment(
         progress_deadline=plan.spec.rollout.timeout_seconds,
         selector={LABEL_SERVER: plan.name, LABEL_ROLE: ROLE_VLLM, LABEL_REVISION: revision_id},
     )
-    deployment["spec"]["template"] = vllm_pod_template(plan, revision_id)
+    if pods is not None and pods.revision == revision_id:
+        deployment["spec"]["template"] = json.loads(json.dumps(pods.template))  # the caller's own copy
+    else:
+        deployment["spec"]["template"] = vllm_pod_template(plan, revision_id)
     if annotations:
         deployment["metadata"]["annotations"].update(annotations)
     return deployment
@@ -424,13 +474,14 @@ def objects(
     fallback_active: bool = False,
 ) -> list[dict[str, Any]]:
     """Every child of a server in its steady state, serving the plan's revision unless told otherwise."""
-    rev = revision(plan)
+    pods = vllm_pods(plan)
+    rev = pods.revision
     target = target or Target(backend=ROLE_VLLM, revision=rev)
     out: list[dict[str, Any]] = []
     pvc = cache_pvc(plan, owner)
     if pvc is not None:
         out.append(pvc)
-    out.append(vllm_deployment(plan, rev, owner))
+    out.append(vllm_deployment(plan, rev, owner, pods=pods))
     out.append(stable_service(plan, target, owner))
     store = ollama_store_pvc(plan, owner)
     if store is not None:

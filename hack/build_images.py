@@ -127,6 +127,21 @@ def ollama_tag() -> str:
     return match.group(1)
 
 
+def is_static(path: Path) -> bool:
+    """An ELF executable without a program interpreter (PT_INTERP) needs no libraries from the image."""
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] != 2:  # 64-bit ELF only
+        return False
+    phoff = int.from_bytes(data[32:40], "little")
+    phentsize = int.from_bytes(data[54:56], "little")
+    phnum = int.from_bytes(data[56:58], "little")
+    pt_interp = 3
+    return all(
+        int.from_bytes(data[phoff + i * phentsize : phoff + i * phentsize + 4], "little") != pt_interp
+        for i in range(phnum)
+    )
+
+
 def build(bin_dir: Path) -> list[Image]:
     vllm = _base_layer({"/usr/local/bin/vllm": (bin_dir / "vllm").read_bytes()})
     images = []
@@ -136,6 +151,8 @@ def build(bin_dir: Path) -> list[Image]:
         flags.file("/etc/vllm/flags.json", catalog.read_bytes())
         images.append(Image(f"vllm/vllm-openai:v{catalog.stem}", (vllm, flags.done()), ("vllm",)))
 
+    if not is_static(BUSYBOX):
+        raise SystemExit(f"{BUSYBOX} is not statically linked: install busybox-static")
     shell = Layer()
     shell.directory("/bin")
     shell.file("/bin/busybox", BUSYBOX.read_bytes(), 0o755)

@@ -94,6 +94,11 @@ class RealNode:
     # ---- setup -------------------------------------------------------------------------------
     def prepare(self, pki: Pki, kubeconfig: Path, ports: dict[str, int]) -> dict[str, list[str]]:
         """Write every config file, record the host state cleanup restores, and return each component's command."""
+        if _run("ip", "link", "show", BRIDGE).returncode == 0:
+            raise RealNodeError(
+                f"another real node runs on this machine (its bridge {BRIDGE} exists): one at a time, since they "
+                "would share iptables; stop it with `hack/cluster --name NAME down`"
+            )
         for sub in ("containerd", "cni", "kubelet", "ipam", "logs"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         self._record_host_state()

@@ -39,13 +39,13 @@ Start = Callable[..., OperatorProcess]
 LOAD = Load(clients=8, min_requests=2000)
 RESULTS: dict[str, ScenarioResult] = {}
 # Without the controller's drain (old pods keep serving until kube-proxy has moved traffic away), a switch loses
-# the requests that reach an old pod after it was told to stop: 0 in some runs, a few in others (4 of 4,745 seen),
-# depending on whether a connection is open at that moment. Not strict until the drain makes it 0 every time.
+# the connections kube-proxy still sends to an old pod after it got SIGTERM and closed its listener: 0 in some
+# runs, up to 6 of ~2,500 in others, by timing. Not strict until the drain makes it 0 every time.
 NO_DRAIN = (
     "the controller does not yet drain old pods (preStop sleep, termination grace) before deleting them: "
     "requests on connections an old pod accepted when it got SIGTERM are cut"
 )
-# Until then a switch may cut at most the requests in flight when the old pods stop: one per client, twice over.
+# Until then a switch may cut what the clients send in that short window: at most two requests per client.
 LOSS_BOUND_WITHOUT_DRAIN = 2 * LOAD.clients
 
 

@@ -149,7 +149,8 @@ async def test_failover_when_vllm_stops_answering_and_recovery(operator_factory:
     # Requests fail only between vLLM hanging and Ollama answering; none after recovery.
     hang_at, on_ollama_at = result.notes["hang_at"], result.notes["on_ollama_at"]
     late = [f for f in report.failures if not hang_at <= f.started <= on_ollama_at]
-    assert late == [], report.failure_lines()
+    timeline = {k: round(v - hang_at, 2) for k, v in result.notes.items()}
+    assert late == [], f"{timeline}\n" + "\n".join(f"+{f.started - hang_at:.2f}s {f.kind} {f.error}" for f in late[:30])
     print(f"failover: {len(report.failures)} requests failed in the {on_ollama_at - hang_at:.1f} s to Ollama")
 
 

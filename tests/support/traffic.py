@@ -3,7 +3,8 @@
 Half the requests are plain completions, half are streamed chat completions (server-sent events, which must end
 with `data: [DONE]`). Each request opens a new connection, so every one goes through kube-proxy's choice of
 endpoint at that moment. A failure is anything a client would notice: a connection error, a timeout, a non-2xx
-status, an answer that names another model id, or a stream that stops before its end.
+status, an answer that names another model id, or a stream that stops before its end. After a failure a client
+pauses 100 ms before its next request.
 
 Traffic goes only to this machine: the loopback range, or the cluster's Service and pod ranges, which exist only
 in this machine's iptables and in network namespaces the local cluster made.
@@ -23,6 +24,7 @@ import aiohttp
 # The local cluster's Service range and real-node pod range (hack/localcluster); nothing else is a target.
 LOCAL_RANGES = tuple(ipaddress.ip_network(n) for n in ("127.0.0.0/8", "::1/128", "10.96.0.0/16", "10.245.0.0/16"))
 BACKEND_HEADER = "X-Backend-Model"
+FAILURE_PAUSE = 0.1  # seconds a client waits after a failed request
 
 
 def check_local(host: str) -> None:
@@ -186,7 +188,12 @@ class Traffic:
             if n >= self.max_requests:
                 return
             kind = "completion" if (n + client) % 2 == 0 else "chat-stream"
-            self.report.answers.append(await self._one(kind))
+            answer = await self._one(kind)
+            self.report.answers.append(answer)
+            if not answer.ok:
+                # As a client would: a refused connection (a Service without endpoints) is instant, and looping
+                # on it would count the client's speed rather than the outage.
+                await asyncio.sleep(FAILURE_PAUSE)
 
     async def _one(self, kind: str) -> Answer:
         assert self._session is not None

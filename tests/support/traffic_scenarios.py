@@ -244,12 +244,20 @@ REJECTED_COMMAND_LINE = {
 NEVER_READY = {"model": {"name": MODEL_B}, "engine": {"env": [{"name": "STANDIN_UNHEALTHY", "value": "true"}]}}
 
 
+def _vllm_serving(status: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+    return status.get("activeBackend") == "vllm" and conditions.get("FallbackActive") == "False"
+
+
 async def failover(servers: Servers, load: Load, activate: int = 5, recover: int = 5) -> ScenarioResult:
     """vLLM stops answering (requests and probes hang): traffic moves to Ollama, and back once vLLM answers again."""
     name = "failover"
     fallback = {"model": OLLAMA_MODEL, "activateAfterSeconds": activate, "recoverAfterSeconds": recover}
     obj = await _ready(servers, name, server_spec(MODEL_A, fallback=fallback))
     rev = obj["status"]["activeRevision"]
+    # vLLM's first start can take longer than activateAfterSeconds (its startup probe runs every 10 s), so Ollama
+    # may serve first: begin once vLLM does.
+    await servers.wait_status(name, _vllm_serving, "vLLM serving, fallback inactive", timeout=120)
     host, port = await service_address(servers, name)
     async with Traffic(host, port, SERVED, clients=load.clients, max_seconds=load.max_seconds, timeout=5) as traffic:
         await traffic.wait_for_answers(50, timeout=60)

@@ -25,6 +25,7 @@ import aiohttp
 LOCAL_RANGES = tuple(ipaddress.ip_network(n) for n in ("127.0.0.0/8", "::1/128", "10.96.0.0/16", "10.245.0.0/16"))
 BACKEND_HEADER = "X-Backend-Model"
 FAILURE_PAUSE = 0.1  # seconds a client waits after a failed request
+BLIP = 0.5  # seconds: how far request start stamps may be from the moment their connection was opened
 
 
 def check_local(host: str) -> None:
@@ -66,16 +67,28 @@ class TrafficReport:
         ends = sorted(a.ended for a in self.answers if a.ok)
         return max((b - a for a, b in itertools.pairwise(ends)), default=0.0)
 
-    def backends(self) -> list[str]:
-        """The backends that answered, in order of request start, consecutive repeats folded."""
-        seen: list[str] = []
-        for a in sorted(self.answers, key=lambda a: a.started):
-            if a.ok and a.backend and (not seen or seen[-1] != a.backend):
-                seen.append(a.backend)
-        return seen
+    def backends(self, blip: float = BLIP) -> list[str]:
+        """The backends that answered, in order of request start, consecutive repeats folded.
 
-    def mixed_answers(self) -> list[Answer]:
-        """Answers from an earlier backend to requests started after a later backend had already answered.
+        A request's start is stamped before the event loop gets to open its connection, so around a switch a few
+        requests started a moment earlier can reach the new backend and some started later the old one: phases
+        shorter than `blip` seconds are folded into their neighbours.
+        """
+        ordered = sorted((a for a in self.answers if a.ok and a.backend), key=lambda a: a.started)
+        phases: list[tuple[str, float]] = []  # (backend, first start)
+        for a in ordered:
+            assert a.backend is not None
+            if not phases or phases[-1][0] != a.backend:
+                phases.append((a.backend, a.started))
+        kept: list[str] = []
+        for i, (backend, start) in enumerate(phases):
+            end = phases[i + 1][1] if i + 1 < len(phases) else float("inf")
+            if end - start >= blip and (not kept or kept[-1] != backend):
+                kept.append(backend)
+        return kept
+
+    def mixed_answers(self, blip: float = BLIP) -> list[Answer]:
+        """Answers from an earlier backend to requests started `blip` seconds after a later backend had answered.
 
         Once a backend's answer has completed, a request started afterwards must not be answered by a backend
         that served before it: clients would see the model change back and forth.
@@ -84,14 +97,12 @@ class TrafficReport:
         for a in sorted((a for a in self.answers if a.ok and a.backend), key=lambda a: a.ended):
             assert a.backend is not None
             order.setdefault(a.backend, len(order))
+        completed = sorted((a.ended, order[a.backend]) for a in self.answers if a.ok and a.backend)
         mixed = []
-        completed: list[tuple[float, int]] = sorted(
-            (a.ended, order[a.backend]) for a in self.answers if a.ok and a.backend
-        )
         for a in self.answers:
             if not a.ok or a.backend is None:
                 continue
-            newest_before = max((rank for end, rank in completed if end < a.started), default=-1)
+            newest_before = max((rank for end, rank in completed if end + blip < a.started), default=-1)
             if order[a.backend] < newest_before:
                 mixed.append(a)
         return mixed

@@ -18,8 +18,18 @@ def test_backends_fold_repeats_in_order_of_request_start() -> None:
     assert report.backends() == ["a", "ollama", "b"]
 
 
+def test_interleaving_within_a_blip_at_a_switch_is_one_switch() -> None:
+    answers = [ok(0, 1, "a"), ok(10.0, 10.1, "b"), ok(10.05, 10.1, "a"), ok(10.1, 10.2, "b"), ok(20, 21, "b")]
+    assert TrafficReport(answers).backends() == ["a", "b"]
+
+
+def test_going_back_for_longer_than_a_blip_is_seen() -> None:
+    answers = [ok(0, 1, "a"), ok(10, 11, "b"), ok(12, 13, "a"), ok(14, 15, "a")]
+    assert TrafficReport(answers).backends() == ["a", "b", "a"]
+
+
 def test_an_old_model_answering_after_the_new_one_did_is_a_mix() -> None:
-    report = TrafficReport([ok(0, 1, "a"), ok(1, 2, "b"), ok(2.5, 3, "a")])
+    report = TrafficReport([ok(0, 1, "a"), ok(1, 2, "b"), ok(2.6, 3, "a")])
     assert report.mixed_answers() == [report.answers[2]]
 
 

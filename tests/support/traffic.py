@@ -139,7 +139,7 @@ class Traffic:
         model: str,
         *,
         clients: int = 8,
-        max_requests: int = 20000,
+        max_requests: int = 100000,
         max_seconds: float = 600.0,
         timeout: float = 10.0,
     ) -> None:

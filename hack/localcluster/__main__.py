@@ -10,6 +10,7 @@ import time
 import yaml
 
 from .cluster import ClusterError, ClusterInfo, LocalCluster
+from .realnode import RealNodeError
 from .shape import default_shape
 from .tools import ToolsMissing
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--cpu-nodes", type=int, default=2)
     up.add_argument("--gpu-product", default="NVIDIA-H100-80GB-HBM3")
     up.add_argument("--gpu-memory-mib", type=int, default=81559)
+    up.add_argument("--real-nodes", type=int, default=0, help="real nodes (containerd, kubelet): 0 or 1")
     up.add_argument("--timeout", type=float, default=120.0)
     sub.add_parser("down", help="stop every process of the cluster and remove its state")
     sub.add_parser("status", help="print which processes run, as JSON")
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                 gpu_memory_mib=args.gpu_memory_mib,
             )
             start = time.monotonic()
-            info = LocalCluster(args.name, shape=shape).up(timeout=args.timeout)
+            info = LocalCluster(args.name, shape=shape, real_nodes=args.real_nodes).up(timeout=args.timeout)
             print(f"cluster {info.name!r} up in {time.monotonic() - start:.1f}s", file=sys.stderr)
             print(f"export KUBECONFIG={info.kubeconfig}")
         elif args.command == "down":
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             cluster = LocalCluster(args.name)
             print(ClusterInfo.load(cluster.state_dir).kubeconfig)
-    except (ClusterError, ToolsMissing, FileNotFoundError) as err:
+    except (ClusterError, RealNodeError, ToolsMissing, FileNotFoundError) as err:
         print(f"hack/cluster: {err}", file=sys.stderr)
         return 1
     return 0

@@ -1,8 +1,9 @@
 """A real Kubernetes control plane on this machine, with kwok as the kubelet of fake GPU nodes.
 
 etcd, kube-apiserver (RBAC, service accounts, token auth, audit log of writes), kube-controller-manager,
-kube-scheduler and kwok run as local processes. Their state lives in one folder per cluster name;
-`down` stops every process it started and removes that folder.
+kube-scheduler and kwok run as local processes; with `real_nodes=1` a real node joins them (realnode.py).
+Their state lives in one folder per cluster name; `down` stops every process it started, undoes what the real
+node changed on the machine and removes that folder.
 """
 
 from __future__ import annotations
@@ -29,12 +30,16 @@ from typing import Any
 import yaml
 
 from .pki import Pki, make_pki
+from .realnode import RealNode, RealNodeError
 from .shape import ClusterShape, default_shape
-from .tools import binaries, cache_root
+from .tools import binaries, cache_root, node_binaries, standin_images
 
 KWOK_CONFIG = Path(__file__).resolve().parent / "kwok-config.yaml"
 KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
-START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+START_ORDER = (*CONTROL_PLANE, "containerd", "kubelet", "kube-proxy")
+# Node components find runc, the containerd shim, iptables and mount through PATH.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -44,6 +49,10 @@ AUDIT_POLICY = {
         {"level": "None"},
     ],
 }
+
+
+JSON = "application/json"
+MERGE = "application/merge-patch+json"
 
 
 class ClusterError(RuntimeError):
@@ -136,10 +145,14 @@ class LocalCluster:
         name: str = "default",
         state_root: Path | None = None,
         shape: ClusterShape | None = None,
+        real_nodes: int = 0,
     ) -> None:
+        if real_nodes not in (0, 1):
+            raise ClusterError("one machine runs at most 1 real node (--real-nodes 0 or 1): they would share iptables")
         self.name = name
         self.state_dir = (state_root or default_state_root()) / name
         self.shape = shape or default_shape()
+        self.real_nodes = real_nodes
         self._admin_token = ""
         self._ssl: ssl.SSLContext | None = None
         self._server = ""
@@ -153,14 +166,20 @@ class LocalCluster:
                 raise ClusterError(f"cluster {self.name!r} is already up (kubeconfig {info.kubeconfig})")
             self.down()
         bins = binaries()
+        if self.real_nodes:
+            bins.update(node_binaries())
         shutil.rmtree(self.state_dir, ignore_errors=True)
         for sub in ("pki", "etcd", "logs"):
             (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
         pki = make_pki(self.state_dir / "pki")
-        tokens = {c: secrets.token_hex(16) for c in ("admin", "controller-manager", "scheduler", "kwok")}
+        components = ["admin", "controller-manager", "scheduler", "kwok"] + (["node"] if self.real_nodes else [])
+        tokens = {c: secrets.token_hex(16) for c in components}
         self._admin_token = tokens["admin"]
         self._write_token_file(tokens)
-        ports = {k: free_port() for k in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
+        port_names = ["etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok"]
+        if self.real_nodes:
+            port_names += ["kubelet", "kubelet-healthz", "kube-proxy-healthz", "kube-proxy-metrics"]
+        ports = {k: free_port() for k in port_names}
         self._server = f"https://127.0.0.1:{ports['apiserver']}"
         kubeconfigs = {
             user: self._write_kubeconfig(self.state_dir / f"{user}.kubeconfig", user, token, pki)
@@ -201,13 +220,44 @@ class LocalCluster:
             self._create_nodes()
             _poll("nodes Ready", lambda: self._alive(info) and self._nodes_ready(), timeout)
             _poll("default service account", lambda: self._alive(info) and self._default_sa_exists(), timeout)
+            if self.real_nodes:
+                self._start_real_node(info, bins, pki, kubeconfigs["node"], ports, tie_to_parent, timeout)
         except BaseException:
             self.down(keep_logs=True)
             raise
         return info
 
+    def _start_real_node(
+        self,
+        info: ClusterInfo,
+        bins: dict[str, Path],
+        pki: Pki,
+        kubeconfig: Path,
+        ports: dict[str, int],
+        tie_to_parent: bool,
+        timeout: float,
+    ) -> None:
+        node = RealNode(self.state_dir)
+        commands = node.prepare(pki, kubeconfig, ports)
+        env = {**os.environ, "PATH": f"{SYSTEM_PATH}:{os.environ.get('PATH', '')}"}
+        for component in ("containerd", "kubelet", "kube-proxy"):
+            commands[component][0] = str(bins.get(component) or shutil.which(component, path=env["PATH"]))
+        self._start(info, "containerd", commands["containerd"], tie_to_parent, env)
+        _poll("containerd", lambda: self._alive(info) and node.containerd_ready(), 30)
+        node.import_images(standin_images())
+        self._start(info, "kubelet", commands["kubelet"], tie_to_parent, env)
+        name = node.config.name
+        _poll(f"node {name} registered", lambda: self._alive(info) and self._node_exists(name), timeout)
+        code, _ = self._request("PATCH", f"/api/v1/nodes/{name}/status", node.gpu_patch(), MERGE)
+        if code != 200:
+            raise ClusterError(f"advertising fake GPUs on {name} failed with HTTP {code}")
+        self._start(info, "kube-proxy", commands["kube-proxy"], tie_to_parent, env)
+        healthz = f"http://127.0.0.1:{ports['kube-proxy-healthz']}/healthz"
+        _poll("kube-proxy", lambda: self._alive(info) and self._http_ok(healthz), timeout)
+        _poll(f"node {name} Ready with GPUs", lambda: self._alive(info) and self._real_node_ready(name), timeout)
+
     def down(self, keep_logs: bool = False) -> None:
-        """Stop every process of this cluster (TERM, then KILL) and remove its state."""
+        """Stop every process of this cluster (TERM, then KILL), undo the real node's changes, remove its state."""
         state = self.state_dir / "state.json"
         if state.exists():
             info = ClusterInfo.load(self.state_dir)
@@ -225,6 +275,10 @@ class LocalCluster:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
             _poll("processes to die", lambda: not any(_pid_alive(p) for p in live), 10, 0.1)
+        if (self.state_dir / "node").exists():
+            problems = RealNode(self.state_dir).cleanup()
+            if problems:
+                raise RealNodeError("the real node left things behind:\n" + "\n".join(problems))
         if keep_logs:
             for sub in ("etcd", "pki"):
                 shutil.rmtree(self.state_dir / sub, ignore_errors=True)
@@ -247,7 +301,14 @@ class LocalCluster:
         }
 
     # ---- processes ---------------------------------------------------------------------------
-    def _start(self, info: ClusterInfo, component: str, args: list[str], tie_to_parent: bool) -> None:
+    def _start(
+        self,
+        info: ClusterInfo,
+        component: str,
+        args: list[str],
+        tie_to_parent: bool,
+        env: dict[str, str] | None = None,
+    ) -> None:
         log = open(self.state_dir / "logs" / f"{component}.log", "ab")  # noqa: SIM115 - owned by the child
         proc = subprocess.Popen(
             args,
@@ -257,6 +318,7 @@ class LocalCluster:
             start_new_session=True,
             preexec_fn=_die_with_parent if tie_to_parent else None,
             cwd=self.state_dir,
+            env=env,
         )
         log.close()
         info.pids[component] = proc.pid
@@ -316,6 +378,16 @@ class LocalCluster:
             "--audit-log-mode=blocking",
             "--profiling=false",
             "--v=0",
+            *(
+                [
+                    f"--kubelet-certificate-authority={pki.ca_cert}",
+                    f"--kubelet-client-certificate={pki.kubelet_client_cert}",
+                    f"--kubelet-client-key={pki.kubelet_client_key}",
+                    "--kubelet-preferred-address-types=InternalIP",
+                ]
+                if self.real_nodes
+                else []
+            ),
         ]
 
     def _controller_manager_args(
@@ -357,6 +429,7 @@ class LocalCluster:
             "controller-manager": ("system:kube-controller-manager", ""),
             "scheduler": ("system:kube-scheduler", ""),
             "kwok": ("kwok-controller", "system:masters"),
+            "node": ("system:node:real-0", "system:masters"),
         }
         rows = []
         for component, token in tokens.items():
@@ -382,11 +455,11 @@ class LocalCluster:
         return path
 
     # ---- API calls -----------------------------------------------------------------------------
-    def _request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def _request(self, method: str, path: str, body: Any = None, content_type: str = JSON) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"{self._server}{path}", data=data, method=method)
         req.add_header("Authorization", f"Bearer {self._admin_token}")
-        req.add_header("Content-Type", "application/json")
+        req.add_header("Content-Type", content_type)
         try:
             with urllib.request.urlopen(req, context=self._ssl, timeout=10) as resp:
                 raw = resp.read()
@@ -421,6 +494,17 @@ class LocalCluster:
             and not n["spec"].get("taints")  # the not-ready taint goes once node lifecycle has seen it Ready
         ]
         return len(ready) == self.shape.node_count()
+
+    def _node_exists(self, name: str) -> bool:
+        return self._request("GET", f"/api/v1/nodes/{name}")[0] == 200
+
+    def _real_node_ready(self, name: str) -> bool:
+        code, node = self._request("GET", f"/api/v1/nodes/{name}")
+        if code != 200:
+            return False
+        status = node["status"]
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+        return ready and "nvidia.com/gpu" in status.get("allocatable", {})
 
     def _default_sa_exists(self) -> bool:
         return self._request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200

@@ -17,6 +17,8 @@ class Pki:
     serving_key: Path
     sa_key: Path
     sa_pub: Path
+    kubelet_client_cert: Path
+    kubelet_client_key: Path
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -53,6 +55,8 @@ def make_pki(directory: Path) -> Pki:
     )  # fmt: skip
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
+    # The API server's client certificate towards kubelets (logs, exec), which trust this CA.
+    _signed(d, "kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", "extendedKeyUsage=clientAuth\n")
     return Pki(
         ca_cert=d / "ca.crt",
         ca_key=d / "ca.key",
@@ -60,4 +64,24 @@ def make_pki(directory: Path) -> Pki:
         serving_key=d / "apiserver.key",
         sa_key=d / "sa.key",
         sa_pub=d / "sa.pub",
+        kubelet_client_cert=d / "kubelet-client.crt",
+        kubelet_client_key=d / "kubelet-client.key",
     )
+
+
+def _signed(d: Path, stem: str, subject: str, extensions: str) -> None:
+    (d / f"{stem}.ext").write_text(extensions)
+    _openssl("genrsa", "-out", f"{stem}.key", "2048", cwd=d)
+    _openssl("req", "-new", "-key", f"{stem}.key", "-subj", subject, "-out", f"{stem}.csr", cwd=d)
+    _openssl(
+        "x509", "-req", "-in", f"{stem}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-days", "3650", "-extfile", f"{stem}.ext", "-out", f"{stem}.crt", cwd=d,
+    )  # fmt: skip
+
+
+def make_kubelet_serving_cert(directory: Path, node: str, ip: str) -> tuple[Path, Path]:
+    """A serving certificate for a real node's kubelet, signed by the cluster CA the API server checks it with."""
+    stem = f"kubelet-{node}"
+    ext = f"subjectAltName=IP:{ip},DNS:{node}\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+    _signed(directory, stem, f"/CN=system:node:{node}", ext)
+    return directory / f"{stem}.crt", directory / f"{stem}.key"

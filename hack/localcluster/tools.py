@@ -10,6 +10,7 @@ from pathlib import Path
 HACK_DIR = Path(__file__).resolve().parent.parent
 INSTALL_TOOLS = HACK_DIR / "install-tools"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "helm")
+NODE_BINARIES = ("kubelet", "kube-proxy")
 
 
 class ToolsMissing(RuntimeError):
@@ -42,3 +43,23 @@ def binaries(build: bool = False) -> dict[str, Path]:
             raise ToolsMissing(f"{name} not found in {dirs}; run hack/install-tools")
         found[name] = Path(hit)
     return found
+
+
+def node_binaries() -> dict[str, Path]:
+    """kubelet and kube-proxy, built by hack/install-tools like the control plane."""
+    dirs = tool_path()
+    found: dict[str, Path] = {}
+    for name in NODE_BINARIES:
+        hit = shutil.which(name, path=os.pathsep.join(str(d) for d in dirs))
+        if hit is None:
+            raise ToolsMissing(f"{name} not found in {dirs}; run hack/install-tools")
+        found[name] = Path(hit)
+    return found
+
+
+def standin_images() -> Path:
+    """The image archive of the engine stand-ins that real nodes import (hack/build_images.py)."""
+    proc = subprocess.run([str(INSTALL_TOOLS), "--print-images"], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ToolsMissing(f"the stand-in images are not built ({proc.stderr.strip()}); run hack/install-tools")
+    return Path(proc.stdout.strip())

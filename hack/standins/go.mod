@@ -1,0 +1,3 @@
+module inference-operator.dev/standins
+
+go 1.24

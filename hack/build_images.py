@@ -5,6 +5,7 @@ stand-ins (hack/standins) and imported into containerd under the names the opera
 
 - vllm/vllm-openai:v<release> for every release of the vLLM flag catalog, each carrying that release's catalog,
   so `vllm serve` refuses what that release refuses;
+- registry.example/vllm/vllm-openai:v0.33.0, a stale mirror: vLLM 0.6.0 under a 0.33.0 tag;
 - ollama/ollama:<tag> for the operator's default Ollama image, with a static busybox as /bin/sh, because the
   fallback pod runs a shell script;
 - the pause image containerd starts every pod sandbox from.
@@ -142,6 +143,10 @@ def is_static(path: Path) -> bool:
     )
 
 
+STALE_RELEASE = "0.6.0"
+STALE_MIRROR_IMAGE = "registry.example/vllm/vllm-openai:v0.33.0"
+
+
 def build(bin_dir: Path) -> list[Image]:
     vllm = _base_layer({"/usr/local/bin/vllm": (bin_dir / "vllm").read_bytes()})
     images = []
@@ -150,6 +155,11 @@ def build(bin_dir: Path) -> list[Image]:
         flags.directory("/etc/vllm")
         flags.file("/etc/vllm/flags.json", catalog.read_bytes())
         images.append(Image(f"vllm/vllm-openai:v{catalog.stem}", (vllm, flags.done()), ("vllm",)))
+    # A mirror that retagged an old release under a new tag: the tag says one release, the engine is another.
+    stale = Layer()
+    stale.directory("/etc/vllm")
+    stale.file("/etc/vllm/flags.json", (CATALOG_DIR / f"{STALE_RELEASE}.json").read_bytes())
+    images.append(Image(STALE_MIRROR_IMAGE, (vllm, stale.done()), ("vllm",)))
 
     if not is_static(BUSYBOX):
         raise SystemExit(f"{BUSYBOX} is not statically linked: install busybox-static")

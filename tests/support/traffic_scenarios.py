@@ -76,6 +76,7 @@ def server_spec(
     engine: dict[str, Any] | None = None,
     fallback: dict[str, Any] | None = None,
     timeout_seconds: int = 60,
+    drain_seconds: int = 5,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "model": {"name": model, "servedName": SERVED},
@@ -83,7 +84,8 @@ def server_spec(
         # Real pods on a 2-core machine: tiny requests, and a small /dev/shm.
         "resources": {"gpus": gpus, "cpu": "10m", "memory": "64Mi", "sharedMemory": "16Mi"},
         "scheduling": ON_REAL_NODE,
-        "rollout": {"strategy": strategy, "timeoutSeconds": timeout_seconds},
+        # A short drain keeps the tier quick; it still covers kube-proxy's lag on one node.
+        "rollout": {"strategy": strategy, "timeoutSeconds": timeout_seconds, "drainSeconds": drain_seconds},
     }
     if gpus > 1:
         spec["engine"]["tensorParallelSize"] = gpus
@@ -197,7 +199,8 @@ async def auto_bridge(servers: Servers, load: Load, gpus: int) -> ScenarioResult
     """Every GPU of the node is held by the old revision: Auto bridges through Ollama while it is replaced."""
     name = "bridge"
     fallback = {"model": OLLAMA_MODEL, "mode": "Standby", "activateAfterSeconds": 0, "recoverAfterSeconds": 0}
-    spec = server_spec(BIG_MODEL_A, gpus=gpus, strategy="Auto", fallback=fallback)
+    # The new revision waits for the GPUs until the old one has drained and stopped: a longer deadline.
+    spec = server_spec(BIG_MODEL_A, gpus=gpus, strategy="Auto", fallback=fallback, timeout_seconds=180)
     obj = await _ready(servers, name, spec)
     old = obj["status"]["activeRevision"]
     host, port = await service_address(servers, name)
@@ -235,11 +238,11 @@ async def rollback(servers: Servers, load: Load, bad: dict[str, Any], scenario: 
     return result
 
 
-# A flag vLLM 0.33 has and 0.6.0 does not, passed while the image tag is the stale v0.6.0 and engine.version
-# still claims 0.33.0: the operator cannot know, the engine refuses to start.
+# A flag vLLM 0.33 has and 0.6.0 does not, passed to a mirror's stale image: its tag says v0.33.0 but it holds
+# vLLM 0.6.0 (hack/build_images.py). The operator plans by the tag and cannot know; the engine refuses to start.
 REJECTED_COMMAND_LINE = {
     "model": {"name": MODEL_B},
-    "engine": {"image": "vllm/vllm-openai:v0.6.0", "extraArgs": ["--async-scheduling"]},
+    "engine": {"image": "registry.example/vllm/vllm-openai:v0.33.0", "extraArgs": ["--async-scheduling"]},
 }
 NEVER_READY = {"model": {"name": MODEL_B}, "engine": {"env": [{"name": "STANDIN_UNHEALTHY", "value": "true"}]}}
 

@@ -14,6 +14,7 @@ from ..api.status import DrainStatus, PlanStatus, RolloutStatus, format_time, re
 from ..api.types import ApiModel
 from ..planner import LaunchPlan
 from .rollout import Decision, Memory
+from .state import parse_time as read_time
 
 CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Degraded", "FallbackActive", "PlanOutdated")
 # Reasons Kubernetes gives for pods that cannot serve; each becomes a condition reason and a Warning Event.
@@ -205,22 +206,13 @@ def kept_status(previous: dict[str, Any]) -> dict[str, Any]:
         "activeBackend": previous.get("activeBackend") if previous.get("activeBackend") in ("vllm", "ollama") else None,
         "rollout": dumped(RolloutStatus, previous.get("rollout")),
         "plan": dumped(PlanStatus, previous.get("plan")),
-        "fallbackSince": iso(_time(previous.get("fallbackSince"))),
-        "vllmReadySince": iso(_time(previous.get("vllmReadySince"))),
+        "fallbackSince": iso(read_time(previous.get("fallbackSince"))),
+        "vllmReadySince": iso(read_time(previous.get("vllmReadySince"))),
         "draining": [d for d in (dumped(DrainStatus, x) for x in draining) if d]
         if isinstance(draining, list)
         else None,
     }
     return {k: v for k, v in kept.items() if v not in (None, [])}
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        return None
 
 
 def build_status(
